@@ -1,0 +1,22 @@
+"""Copy-on-write counted B+trees over byte keys, with level-by-level batched reads."""
+
+from zerodb_core.btree.node import CLEAN, Inner, Leaf, Node, node_from_payload
+from zerodb_core.btree.tree import EMPTY_TREE, NODE_MAX_BYTES, BTree, TreeRef
+from zerodb_core.btree.workspace import NodeSource, Reader, Workspace, new_id, reachable_dirty
+
+__all__ = [
+    "CLEAN",
+    "EMPTY_TREE",
+    "NODE_MAX_BYTES",
+    "BTree",
+    "Inner",
+    "Leaf",
+    "Node",
+    "NodeSource",
+    "Reader",
+    "TreeRef",
+    "Workspace",
+    "new_id",
+    "node_from_payload",
+    "reachable_dirty",
+]

@@ -1,0 +1,411 @@
+"""Copy-on-write counted B+tree over byte keys.
+
+Writes copy every node they change up to the root (or change it in place when the
+transaction already owns it: see :class:`~zerodb_core.btree.workspace.Workspace`), so an
+old root keeps describing an old, consistent tree: snapshots and savepoints cost nothing.
+
+Reads are generators (``*_reader`` methods) run by ``Workspace.run``, which batches the
+nodes they need level by level. Ranges are half open, ``[lo, hi)`` on encoded keys, with
+``lo=b""`` for "from the start" and ``hi=None`` for "to the end".
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+from zerodb_core.btree.node import CHILD_OVERHEAD, ENTRY_OVERHEAD, Inner, Leaf, Node
+from zerodb_core.btree.workspace import Reader, Workspace, new_id
+from zerodb_core.exceptions import IntegrityError
+
+# Nodes are sized by bytes: split above this, so that a full node still pads into the
+# 16 KiB size class of the blob format.
+NODE_MAX_BYTES = 15 * 1024
+# Merge a node with a sibling when it shrinks below this (and the two fit in one).
+NODE_MIN_BYTES = NODE_MAX_BYTES // 4
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRef:
+    """What the root record keeps of a tree: its root node id, height and entry count."""
+
+    root: bytes | None = None
+    height: int = 0
+    count: int = 0
+
+    def to_payload(self) -> list:
+        return [self.root, self.height, self.count]
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> TreeRef:
+        try:
+            root, height, count = payload
+        except (TypeError, ValueError):
+            raise IntegrityError("malformed tree reference in root record") from None
+        if not (
+            (root is None and height == 0 and count == 0)
+            or (type(root) is bytes and len(root) == 16 and type(height) is int and height > 0)
+        ) or type(count) is not int:
+            raise IntegrityError("malformed tree reference in root record")
+        return cls(root, height, count)
+
+
+EMPTY_TREE = TreeRef()
+
+
+class BTree:
+    """One tree of a transaction: its reference lives in ``refs[name]`` (savepoints copy
+    that dict), its nodes in the transaction's workspace."""
+
+    def __init__(
+        self, workspace: Workspace, refs: dict[str, TreeRef], name: str, *,
+        max_bytes: int = NODE_MAX_BYTES,
+    ) -> None:
+        self.ws = workspace
+        self.refs = refs
+        self.name = name
+        self.max_bytes = max_bytes
+        self.min_bytes = max_bytes // 4
+
+    @property
+    def ref(self) -> TreeRef:
+        return self.refs.get(self.name, EMPTY_TREE)
+
+    def __len__(self) -> int:
+        return self.ref.count
+
+    # -- writes ------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes) -> bytes | None:
+        """Insert or replace; return the value replaced, if any."""
+        ref = self.ref
+        ws = self.ws
+        if ref.root is None:
+            leaf = Leaf(new_id(), [key], [value], ws.gen)
+            ws.add(leaf)
+            self.refs[self.name] = TreeRef(leaf.id, 1, 1)
+            return None
+        path, leaf = self._path(key)
+        leaf = ws.writable(leaf)
+        keys = leaf.keys
+        i = bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key:
+            old = leaf.values[i]
+            leaf.values[i] = value
+            leaf.size += len(value) - len(old)
+            delta = 0
+        else:
+            old = None
+            keys.insert(i, key)
+            leaf.values.insert(i, value)
+            leaf.size += len(key) + len(value) + ENTRY_OVERHEAD
+            delta = 1
+        rightmost = i == len(keys) - 1 and all(j == len(p.children) - 1 for p, j in path)
+        self._grow(path, leaf, delta, rightmost)
+        return old
+
+    def delete(self, key: bytes) -> bytes | None:
+        """Remove ``key``; return its value, or None if it was absent."""
+        if self.ref.root is None:
+            return None
+        path, leaf = self._path(key)
+        i = bisect_left(leaf.keys, key)
+        if i == len(leaf.keys) or leaf.keys[i] != key:
+            return None
+        leaf = self.ws.writable(leaf)
+        del leaf.keys[i]
+        old = leaf.values.pop(i)
+        leaf.size -= len(key) + len(old) + ENTRY_OVERHEAD
+        self._shrink(path, leaf)
+        return old
+
+    def _path(self, key: bytes) -> tuple[list[tuple[Inner, int]], Leaf]:
+        node = self.ws.load(self.ref.root)
+        path = []
+        while not node.is_leaf:
+            i = bisect_right(node.keys, key) - 1
+            if i < 0:
+                i = 0
+            path.append((node, i))
+            node = self.ws.load(node.children[i])
+        return path, node
+
+    def _grow(self, path, child: Node, delta: int, rightmost: bool) -> None:
+        """Propagate an insert or replace from ``child`` up to the root, splitting."""
+        ws = self.ws
+        pieces = self._split(child, rightmost)
+        for parent, i in reversed(path):
+            if pieces is None and delta == 0 and parent.children[i] == child.id:
+                return  # changed in place: nothing above needs to know
+            parent = ws.writable(parent)
+            if pieces is None:
+                parent.children[i] = child.id
+                parent.counts[i] += delta
+            else:
+                left, right = pieces
+                parent.children[i] = left.id
+                parent.counts[i] = left.count
+                sep = right.keys[0]
+                parent.keys.insert(i + 1, sep)
+                parent.children.insert(i + 1, right.id)
+                parent.counts.insert(i + 1, right.count)
+                parent.size += len(sep) + CHILD_OVERHEAD
+            child = parent
+            pieces = self._split(child, rightmost) if pieces is not None else None
+        ref = self.ref
+        if pieces is not None:
+            left, right = pieces
+            root = Inner(
+                new_id(), [left.keys[0], right.keys[0]], [left.id, right.id],
+                [left.count, right.count], ws.gen,
+            )
+            ws.add(root)
+            self.refs[self.name] = TreeRef(root.id, ref.height + 1, ref.count + delta)
+        else:
+            self.refs[self.name] = TreeRef(child.id, ref.height, ref.count + delta)
+
+    def _split(self, node: Node, rightmost: bool) -> tuple[Node, Node] | None:
+        """Split a writable node in two by bytes if it is too big; at the right edge of the
+        tree keep the left one full (sequential loads, such as auto-increment keys, then
+        fill nodes completely instead of leaving them half empty)."""
+        n = len(node.keys)
+        if node.size <= self.max_bytes or n < 2:
+            return None
+        if rightmost:
+            cut = n - 1
+        else:
+            half = node.size // 2
+            acc = 0
+            cut = 1
+            if node.is_leaf:
+                for cut, (k, v) in enumerate(zip(node.keys, node.values), 1):  # noqa: B007
+                    acc += len(k) + len(v) + ENTRY_OVERHEAD
+                    if acc >= half:
+                        break
+            else:
+                for cut, k in enumerate(node.keys, 1):  # noqa: B007
+                    acc += len(k) + CHILD_OVERHEAD
+                    if acc >= half:
+                        break
+            cut = min(max(cut, 1), n - 1)
+        gen = self.ws.gen
+        if node.is_leaf:
+            right = Leaf(new_id(), node.keys[cut:], node.values[cut:], gen)
+            left = Leaf(node.id, node.keys[:cut], node.values[:cut], gen)
+        else:
+            right = Inner(new_id(), node.keys[cut:], node.children[cut:], node.counts[cut:], gen)
+            left = Inner(node.id, node.keys[:cut], node.children[:cut], node.counts[:cut], gen)
+        self.ws.add(left)
+        self.ws.add(right)
+        return left, right
+
+    def _shrink(self, path, child: Node) -> None:
+        """Propagate a delete from ``child`` up to the root, merging small nodes."""
+        ws = self.ws
+        for parent, i in reversed(path):
+            parent = ws.writable(parent)
+            if not child.keys:  # an empty node leaves its parent
+                ws.retire(child)
+                parent.size -= len(parent.keys[i]) + CHILD_OVERHEAD
+                del parent.keys[i], parent.children[i], parent.counts[i]
+            else:
+                parent.children[i] = child.id
+                parent.counts[i] -= 1
+                if child.size < self.min_bytes and len(parent.children) > 1:
+                    self._merge_with_sibling(parent, i, child)
+            child = parent
+        ref = self.ref
+        root = child
+        height = ref.height
+        while not root.is_leaf and len(root.children) == 1:
+            ws.retire(root)
+            root = ws.load(root.children[0])
+            height -= 1
+        if not root.keys:
+            ws.retire(root)
+            self.refs[self.name] = TreeRef()
+        else:
+            self.refs[self.name] = TreeRef(root.id, height, ref.count - 1)
+
+    def _merge_with_sibling(self, parent: Inner, i: int, child: Node) -> None:
+        j = i + 1 if i + 1 < len(parent.children) else i - 1
+        sibling = self.ws.load(parent.children[j])
+        if child.size + sibling.size > self.max_bytes:
+            return
+        li, ri = min(i, j), max(i, j)
+        left = self.ws.writable(child if li == i else sibling)
+        right = sibling if li == i else child
+        if left.is_leaf:
+            left.keys.extend(right.keys)
+            left.values.extend(right.values)
+        else:
+            # right.keys[0] may be stale; the parent's separator is right's true bound.
+            left.keys.append(parent.keys[ri])
+            left.keys.extend(right.keys[1:])
+            left.children.extend(right.children)
+            left.counts.extend(right.counts)
+        left.size += right.size
+        self.ws.retire(right)
+        parent.children[li] = left.id
+        parent.counts[li] += parent.counts[ri]
+        parent.size -= len(parent.keys[ri]) + CHILD_OVERHEAD
+        del parent.keys[ri], parent.children[ri], parent.counts[ri]
+
+    # -- reads (generators for Workspace.run) ---------------------------------------------
+
+    def get_many_reader(self, keys: list[bytes]) -> Reader:
+        """Return ``{key: value}`` for the keys present; one fetch per level for all keys."""
+        root = self.ref.root
+        found: dict[bytes, bytes] = {}
+        if root is None or not keys:
+            return found
+        frontier = [(root, sorted(set(keys)))]
+        while frontier:
+            nodes = yield [node_id for node_id, _ in frontier]
+            deeper = []
+            for node_id, wanted in frontier:
+                node = nodes[node_id]
+                if node.is_leaf:
+                    for key in wanted:
+                        i = bisect_left(node.keys, key)
+                        if i < len(node.keys) and node.keys[i] == key:
+                            found[key] = node.values[i]
+                    continue
+                groups: dict[int, list[bytes]] = {}
+                for key in wanted:
+                    i = bisect_right(node.keys, key) - 1
+                    groups.setdefault(i if i > 0 else 0, []).append(key)
+                deeper.extend((node.children[i], group) for i, group in groups.items())
+            frontier = deeper
+        return found
+
+    def scan_reader(
+        self,
+        lo: bytes = b"",
+        hi: bytes | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> Reader:
+        """Return ``[(key, value)]`` of ``[lo, hi)`` in key order (or reversed), after
+        skipping ``skip`` entries and taking at most ``limit``.
+
+        Subtrees entirely inside the range and entirely outside the wanted window are
+        never fetched: their counts stand in for them, so a deep offset costs one path.
+        """
+        end = None if limit is None else skip + limit
+        items = yield from self._descend(lo, hi, skip, end, reverse, exact=True)
+        if items is None:
+            return []
+        out: list[tuple[bytes, bytes]] = []
+        pos = 0
+        for item in items:
+            if item[0] == "gap":
+                pos += item[1]
+                continue
+            leaf = item[1]
+            a, b = _leaf_span(leaf, lo, hi)
+            n = b - a
+            if pos + n <= skip:
+                pos += n
+                continue
+            first = max(skip - pos, 0)
+            take = n - first if end is None else min(n - first, end - skip - len(out))
+            if reverse:
+                idx = range(b - 1 - first, b - 1 - first - take, -1)
+            else:
+                idx = range(a + first, a + first + take)
+            keys, values = leaf.keys, leaf.values
+            out.extend((keys[k], values[k]) for k in idx)
+            pos += n
+            if end is not None and len(out) >= end - skip:
+                break
+        return out
+
+    def count_reader(self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True):
+        """Return the number of keys in ``[lo, hi)``.
+
+        Exact: the two edge paths only. Not exact (an estimate for the planner): stops above
+        the leaves and counts half of each edge leaf, so a warm cache answers with no I/O.
+        """
+        items = yield from self._descend(lo, hi, 0, None, False, exact=exact, count_only=True)
+        if items is None:
+            return 0
+        total = 0
+        for item in items:
+            if item[0] == "gap":
+                total += item[1]
+            else:
+                a, b = _leaf_span(item[1], lo, hi)
+                total += b - a
+        return total
+
+    def _descend(self, lo, hi, skip, end, reverse, *, exact, count_only=False):
+        """Walk down level by level, keeping only the nodes the window may need.
+
+        Yields lists of node ids; returns the leaf level as items ``("leaf", node)`` and
+        ``("gap", count)`` in scan order, or None for an empty tree.
+        """
+        ref = self.ref
+        if ref.root is None or (hi is not None and hi <= lo):
+            return None
+        # ("node", id, lower bound, upper bound) | ("gap", exact count)
+        items: list[tuple] = [("node", ref.root, b"", None)]
+        depth = 0
+        while True:
+            ids = [item[1] for item in items if item[0] == "node"]
+            nodes = yield ids
+            if depth == ref.height - 1:
+                return [(item[0], nodes[item[1]]) if item[0] == "node" else item for item in items]
+            last_inner = depth == ref.height - 2
+            depth += 1
+            new: list[tuple] = []
+            before_min = before_max = 0
+            for item in items:
+                if item[0] == "gap":
+                    new.append(item)
+                    before_min += item[1]
+                    before_max += item[1]
+                    continue
+                node = nodes[item[1]]
+                for c_lo, c_hi, child, count in _children(node, item[2], item[3], reverse):
+                    if (c_hi is not None and c_hi <= lo) or (hi is not None and c_lo >= hi):
+                        continue
+                    full = c_lo >= lo and (hi is None or (c_hi is not None and c_hi <= hi))
+                    if full:
+                        wanted = (
+                            not count_only
+                            and before_max + count > skip
+                            and (end is None or before_min < end)
+                        )
+                        new.append(("node", child, c_lo, c_hi) if wanted else ("gap", count))
+                        before_min += count
+                    elif not exact and last_inner:
+                        new.append(("gap", count // 2))
+                    elif count_only or end is None or before_min < end:
+                        new.append(("node", child, c_lo, c_hi))
+                    before_max += count
+            items = new
+            if not exact and last_inner:
+                return items
+
+
+def _children(node: Inner, lo: bytes, hi: bytes | None, reverse: bool):
+    """Yield ``(lower, upper, child id, count)`` of each child, in scan order."""
+    keys, children, counts = node.keys, node.children, node.counts
+    n = len(children)
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    for i in order:
+        yield (
+            keys[i] if i else lo,
+            keys[i + 1] if i + 1 < n else hi,
+            children[i],
+            counts[i],
+        )
+
+
+def _leaf_span(leaf: Leaf, lo: bytes, hi: bytes | None) -> tuple[int, int]:
+    keys = leaf.keys
+    return bisect_left(keys, lo), len(keys) if hi is None else bisect_left(keys, hi)

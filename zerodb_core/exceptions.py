@@ -1,0 +1,59 @@
+"""Every exception zerodb_core raises, in one place.
+
+Callers (the Django backend, applications) catch these by class; nothing in the engine
+raises a bare ``ValueError`` for a condition a user can cause.
+"""
+
+
+class ZeroDBError(Exception):
+    """Base class of all zerodb_core errors."""
+
+
+class IntegrityError(ZeroDBError):
+    """A blob failed authentication or does not decode: tampered, truncated, swapped,
+    moved, of the wrong kind, of an unknown suite or format, or sealed with another key.
+
+    Raised before anything in the blob is deserialised (fail closed).
+    """
+
+
+class WrongPassphraseError(IntegrityError):
+    """The keyring did not open: the passphrase (or key file) is not the right one."""
+
+
+class FreshnessError(ZeroDBError):
+    """The store served a root record older than one already seen (rollback) or a
+    different root for a sequence number already seen (fork)."""
+
+
+class ConflictError(ZeroDBError):
+    """A commit kept meeting concurrent commits and gave up after its retries."""
+
+
+class UniqueViolation(ZeroDBError):
+    """A write would give two records the same value of a unique index."""
+
+    def __init__(self, index: str, value: object) -> None:
+        super().__init__(f"duplicate value {value!r} for unique index {index!r}")
+        self.index = index
+        self.value = value
+
+
+class AuthenticationError(ZeroDBError):
+    """The store refused the credentials."""
+
+
+class StoreUnavailableError(ZeroDBError):
+    """The store cannot be reached or opened."""
+
+
+class NotSupportedError(ZeroDBError):
+    """The operation is not supported; the message names the alternative."""
+
+
+class QueryError(ZeroDBError):
+    """A query is malformed (unknown operator, field without the index it needs, ...)."""
+
+
+class DoesNotExist(ZeroDBError, KeyError):
+    """No record has the requested primary key."""

@@ -1,0 +1,133 @@
+"""The client's only way to reach storage, and the place where round trips are counted.
+
+The round trip is the unit of cost of this project (see docs/performance.md), so every
+transport counts round trips, bytes sent and bytes received the same way, and can add a
+fixed delay per round trip to make benchmarks show what a WAN would cost.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from blob_server.storage.base import CommitResult, RootRecord
+
+# What a request costs on the wire besides its payload: op code, request id, lengths.
+FRAME_OVERHEAD = 16
+
+
+@dataclass(slots=True)
+class TransportCounters:
+    """Round trips and bytes since the transport was opened."""
+
+    round_trips: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        """Return the counters as a plain dict (for stats and explain output)."""
+        return {
+            "round_trips": self.round_trips,
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+        }
+
+
+class Transport(abc.ABC):
+    """One method per storage operation; each call is exactly one round trip.
+
+    Subclasses implement the ``_`` methods; the public methods count and delay, so the
+    accounting cannot differ between the embedded and the remote store.
+    """
+
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.counters = TransportCounters()
+        self.delay = delay
+
+    def _account(self, sent: int, received: int) -> None:
+        self.counters.round_trips += 1
+        self.counters.bytes_sent += FRAME_OVERHEAD + sent
+        self.counters.bytes_received += FRAME_OVERHEAD + received
+        if self.delay:
+            time.sleep(self.delay)
+
+    def get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """Fetch many blobs in one round trip; missing ids are absent from the result."""
+        found = self._get_blobs(database, ids)
+        self._account(sum(map(len, ids)), sum(len(k) + len(v) for k, v in found.items()))
+        return found
+
+    def get_root(self, database: str) -> RootRecord:
+        """Read the current root record."""
+        root = self._get_root(database)
+        self._account(0, 8 + len(root.data))
+        return root
+
+    def commit(
+        self,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes] = (),
+    ) -> CommitResult:
+        """Commit atomically; on conflict the result carries the current root."""
+        garbage = list(garbage)
+        result = self._commit(
+            database, expected_seq=expected_seq, root=root, blobs=blobs, garbage=garbage
+        )
+        sent = 8 + len(root) + sum(len(k) + len(v) for k, v in blobs.items())
+        self._account(sent + sum(map(len, garbage)), 8 + len(result.root.data))
+        return result
+
+    def allocate_ids(self, database: str, sequence: str, count: int) -> int:
+        """Reserve ``count`` consecutive integers of a named counter; return the first."""
+        first = self._allocate_ids(database, sequence, count)
+        self._account(len(sequence) + 8, 8)
+        return first
+
+    def get_keyring(self, database: str, name: str) -> bytes | None:
+        """Read a keyring slot."""
+        data = self._get_keyring(database, name)
+        self._account(len(name), len(data or b""))
+        return data
+
+    def put_keyring(self, database: str, name: str, data: bytes, *, expected: bytes | None) -> bool:
+        """Compare-and-set a keyring slot."""
+        done = self._put_keyring(database, name, data, expected=expected)
+        self._account(len(name) + len(data) + len(expected or b""), 1)
+        return done
+
+    @abc.abstractmethod
+    def _get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]: ...
+
+    @abc.abstractmethod
+    def _get_root(self, database: str) -> RootRecord: ...
+
+    @abc.abstractmethod
+    def _commit(
+        self,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: list[bytes],
+    ) -> CommitResult: ...
+
+    @abc.abstractmethod
+    def _allocate_ids(self, database: str, sequence: str, count: int) -> int: ...
+
+    @abc.abstractmethod
+    def _get_keyring(self, database: str, name: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def _put_keyring(
+        self, database: str, name: str, data: bytes, *, expected: bytes | None
+    ) -> bool: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
