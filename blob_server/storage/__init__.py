@@ -1,0 +1,75 @@
+"""Storage backends behind one interface, and ``open_storage`` to pick one by URL.
+
+URLs follow the convention of dj-database-url and SQLAlchemy, so Django users already
+know them:
+
+* ``memory://`` - a new, empty in-process store (tests, demos).
+* ``sqlite:///relative/path.zdb`` - a file relative to the working directory.
+* ``sqlite:////absolute/path.zdb`` - an absolute path (note the fourth slash), so
+  ``"sqlite:///" + str(path)`` is right for relative and absolute paths alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+from blob_server.exceptions import StorageUnavailableError
+from blob_server.storage.base import (
+    BLOB_ID_SIZE,
+    DEFAULT_RETENTION_SECONDS,
+    EMPTY_ROOT,
+    CommitResult,
+    RootRecord,
+    Storage,
+)
+from blob_server.storage.memory import MemoryStorage
+from blob_server.storage.sqlite import SQLiteStorage
+
+__all__ = [
+    "BLOB_ID_SIZE",
+    "DEFAULT_RETENTION_SECONDS",
+    "EMPTY_ROOT",
+    "CommitResult",
+    "MemoryStorage",
+    "RootRecord",
+    "SQLiteStorage",
+    "Storage",
+    "open_storage",
+]
+
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def open_storage(url: str) -> Storage:
+    """Open the storage named by ``url`` (see the module docstring for the forms).
+
+    Raise ``StorageUnavailableError`` for an unknown scheme or a file that cannot be
+    created or opened as a store; the parent directory of a SQLite file is created.
+    """
+    if not isinstance(url, str):
+        raise StorageUnavailableError(f"storage URL must be str, not {type(url).__name__}")
+    if url == "memory://":
+        return MemoryStorage()
+    if url.startswith(_SQLITE_PREFIX) and len(url) > len(_SQLITE_PREFIX):
+        return _open_sqlite(url[len(_SQLITE_PREFIX) :])
+    if url.startswith("sqlite:"):
+        raise StorageUnavailableError(
+            f"bad SQLite storage URL {url!r}: use sqlite:///relative/path.zdb "
+            "or sqlite:////absolute/path.zdb"
+        )
+    scheme = url.partition(":")[0] if ":" in url else url
+    raise StorageUnavailableError(
+        f"unknown storage URL scheme {scheme!r} in {url!r}: expected memory:// or sqlite:///path"
+    )
+
+
+def _open_sqlite(path: str) -> SQLiteStorage:
+    """Create the parent directory if needed and open the file."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise StorageUnavailableError(f"cannot create directory {parent}: {exc}") from exc
+    if os.path.isdir(path):
+        raise StorageUnavailableError(f"{path} is a directory, not a storage file")
+    return SQLiteStorage(path)

@@ -1,0 +1,158 @@
+"""The in-process storage backend: plain dicts behind one lock.
+
+It is the reference implementation the other backends are tested against (the same test
+suite runs on all of them), and the store behind ``memory://``. One lock for everything is
+simple and obviously atomic; contention does not matter for tests and demos.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from blob_server.exceptions import BlobExistsError
+from blob_server.storage import validation as v
+from blob_server.storage.base import (
+    DEFAULT_RETENTION_SECONDS,
+    EMPTY_ROOT,
+    CommitResult,
+    RootRecord,
+    Storage,
+)
+
+
+@dataclass(slots=True)
+class _Database:
+    """Everything stored for one (tenant, database)."""
+
+    root: RootRecord = EMPTY_ROOT
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    garbage: dict[bytes, float] = field(default_factory=dict)  # id -> time it became garbage
+    counters: dict[str, int] = field(default_factory=dict)  # name -> next free value
+    keyrings: dict[str, bytes] = field(default_factory=dict)
+
+
+class MemoryStorage(Storage):
+    """Keep everything in dicts; nothing survives the process.
+
+    ``clock`` returns the current time in seconds; tests inject a fake one to drive
+    garbage collection without sleeping.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._databases: dict[tuple[str, str], _Database] = {}
+
+    def _peek(self, tenant: str, database: str) -> _Database | None:
+        """Return the database's state without creating it (reads must not create)."""
+        return self._databases.get(v.check_scope(tenant, database))
+
+    def _state(self, tenant: str, database: str) -> _Database:
+        """Return the database's state, creating it on first write."""
+        return self._databases.setdefault(v.check_scope(tenant, database), _Database())
+
+    def get_blobs(self, tenant: str, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """Return the blobs with these ids; missing ids are absent."""
+        wanted = v.check_ids(ids)
+        with self._lock:
+            db = self._peek(tenant, database)
+            if db is None:
+                return {}
+            blobs = db.blobs
+            return {i: blobs[i] for i in wanted if i in blobs}
+
+    def get_root(self, tenant: str, database: str) -> RootRecord:
+        """Return the current root, ``EMPTY_ROOT`` for a database never committed to."""
+        with self._lock:
+            db = self._peek(tenant, database)
+            return EMPTY_ROOT if db is None else db.root
+
+    def commit(
+        self,
+        tenant: str,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes] = (),
+    ) -> CommitResult:
+        """Write blobs, swap the root and record garbage, or change nothing (see base)."""
+        v.check_scope(tenant, database)
+        seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
+        with self._lock:
+            db = self._state(tenant, database)
+            if db.root.seq != seq:
+                return CommitResult(False, db.root)
+            for blob_id, _ in pairs:
+                if blob_id in db.blobs:
+                    raise BlobExistsError(f"blob {blob_id.hex()} already exists")
+            db.blobs.update(pairs)
+            now = self._clock()
+            for blob_id in dead:
+                db.garbage.setdefault(blob_id, now)
+            db.root = RootRecord(seq + 1, root_data)
+            return CommitResult(True, db.root)
+
+    def allocate_ids(self, tenant: str, database: str, sequence: str, count: int) -> int:
+        """Reserve ``count`` consecutive integers of ``sequence``; return the first."""
+        v.check_scope(tenant, database)
+        v.check_name(sequence, "sequence")
+        v.check_int(count, "count", low=1, high=v.MAX_ALLOCATE)
+        with self._lock:
+            counters = self._state(tenant, database).counters
+            first = counters.get(sequence, 1)
+            counters[sequence] = first + count
+            return first
+
+    def get_keyring(self, tenant: str, database: str, name: str) -> bytes | None:
+        """Return keyring slot ``name`` or None."""
+        v.check_name(name, "keyring name")
+        with self._lock:
+            db = self._peek(tenant, database)
+            return None if db is None else db.keyrings.get(name)
+
+    def put_keyring(
+        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+    ) -> bool:
+        """Set keyring slot ``name`` if it holds ``expected``; return whether it was set."""
+        v.check_scope(tenant, database)
+        v.check_name(name, "keyring name")
+        v.check_data(data, "keyring data")
+        if expected is not None:
+            v.check_data(expected, "expected keyring data")
+        with self._lock:
+            keyrings = self._state(tenant, database).keyrings
+            if keyrings.get(name) != expected:
+                return False
+            keyrings[name] = data
+            return True
+
+    def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
+        """Delete blobs that became garbage at least ``retention`` seconds ago."""
+        cutoff = self._clock() - v.check_retention(retention)
+        deleted = 0
+        with self._lock:
+            for db in self._databases.values():
+                due = [i for i, since in db.garbage.items() if since <= cutoff]
+                for blob_id in due:
+                    del db.garbage[blob_id]
+                    if db.blobs.pop(blob_id, None) is not None:
+                        deleted += 1
+        return deleted
+
+    def stats(self, tenant: str, database: str) -> dict[str, int]:
+        """Return seq, blob count, blob bytes, pending garbage, counters and keyrings."""
+        with self._lock:
+            db = self._peek(tenant, database) or _Database()
+            return {
+                "seq": db.root.seq,
+                "blobs": len(db.blobs),
+                "bytes": sum(map(len, db.blobs.values())),
+                "garbage": len(db.garbage),
+                "counters": len(db.counters),
+                "keyrings": len(db.keyrings),
+            }

@@ -1,0 +1,101 @@
+"""Argument checks shared by every storage backend.
+
+The storage layer is the server's trust boundary: whatever reaches it may come from a
+hostile client. Checking types and bounds in one place keeps every backend's behaviour
+identical (the memory backend is the reference the others are tested against) and stops a
+bad request before it takes a lock or opens a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sized
+
+from blob_server.exceptions import InvalidRequestError
+from blob_server.storage.base import BLOB_ID_SIZE
+
+MAX_NAME_LENGTH = 255
+MAX_IDS_PER_REQUEST = 100_000
+MAX_BLOB_SIZE = 64 * 1024 * 1024
+MAX_ALLOCATE = 1_000_000
+
+
+def check_name(value: object, what: str) -> str:
+    """Return ``value`` if it is a non-empty str of at most ``MAX_NAME_LENGTH`` characters."""
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be str, not {type(value).__name__}")
+    if not 0 < len(value) <= MAX_NAME_LENGTH:
+        raise InvalidRequestError(f"{what} must have 1 to {MAX_NAME_LENGTH} characters")
+    if "\x00" in value:
+        raise InvalidRequestError(f"{what} must not contain NUL")
+    return value
+
+
+def check_scope(tenant: object, database: object) -> tuple[str, str]:
+    """Return ``(tenant, database)`` after checking both names."""
+    return check_name(tenant, "tenant"), check_name(database, "database")
+
+
+def check_blob_id(value: object) -> bytes:
+    """Return ``value`` if it is exactly ``BLOB_ID_SIZE`` bytes."""
+    if type(value) is not bytes:
+        raise InvalidRequestError(f"blob id must be bytes, not {type(value).__name__}")
+    if len(value) != BLOB_ID_SIZE:
+        raise InvalidRequestError(f"blob id must be {BLOB_ID_SIZE} bytes, not {len(value)}")
+    return value
+
+
+def check_data(value: object, what: str, *, limit: int = MAX_BLOB_SIZE) -> bytes:
+    """Return ``value`` if it is bytes of at most ``limit`` bytes."""
+    if type(value) is not bytes:
+        raise InvalidRequestError(f"{what} must be bytes, not {type(value).__name__}")
+    if len(value) > limit:
+        raise InvalidRequestError(f"{what} is {len(value)} bytes, the limit is {limit}")
+    return value
+
+
+def check_int(value: object, what: str, *, low: int, high: int) -> int:
+    """Return ``value`` if it is an int (not a bool) with ``low <= value <= high``."""
+    if type(value) is not int:
+        raise InvalidRequestError(f"{what} must be int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidRequestError(f"{what} must be between {low} and {high}, not {value}")
+    return value
+
+
+def check_ids(ids: object, what: str = "ids") -> list[bytes]:
+    """Return a collection of blob ids, deduplicated, in first-seen order.
+
+    A lone ``bytes`` is refused: iterating it would yield ints, and a caller who meant
+    ``[blob_id]`` deserves an error, not an empty answer.
+    """
+    if isinstance(ids, bytes | bytearray | str) or not isinstance(ids, Iterable):
+        raise InvalidRequestError(f"{what} must be a collection of blob ids")
+    if isinstance(ids, Sized) and len(ids) > MAX_IDS_PER_REQUEST:
+        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} {what} per request")
+    checked = list(dict.fromkeys(check_blob_id(i) for i in ids))
+    if len(checked) > MAX_IDS_PER_REQUEST:
+        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} {what} per request")
+    return checked
+
+
+def check_commit(
+    expected_seq: object, root: object, blobs: object, garbage: object
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], list[bytes]]:
+    """Return the checked arguments of a commit: seq, root, (id, data) pairs, garbage ids."""
+    seq = check_int(expected_seq, "expected_seq", low=0, high=2**62)
+    root_data = check_data(root, "root")
+    if not isinstance(blobs, Mapping):
+        raise InvalidRequestError("blobs must be a mapping of blob id to bytes")
+    if len(blobs) > MAX_IDS_PER_REQUEST:
+        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} blobs per commit")
+    pairs = [(check_blob_id(k), check_data(v, "blob")) for k, v in blobs.items()]
+    return seq, root_data, pairs, check_ids(garbage, "garbage ids")
+
+
+def check_retention(value: object) -> float:
+    """Return ``value`` as a float if it is a non-negative finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequestError(f"retention must be a number, not {type(value).__name__}")
+    if not 0 <= value < float("inf"):
+        raise InvalidRequestError(f"retention must be finite and >= 0, not {value}")
+    return float(value)

@@ -1,0 +1,380 @@
+"""The Storage contract, run against every backend (memory is the reference)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from blob_server.exceptions import BlobExistsError, InvalidRequestError, StorageUnavailableError
+from blob_server.storage import (
+    EMPTY_ROOT,
+    MemoryStorage,
+    RootRecord,
+    SQLiteStorage,
+    Storage,
+    open_storage,
+)
+
+T, D = "tenant", "db"
+
+
+class FakeClock:
+    """A clock the test moves by hand, so retention is tested without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def new_id() -> bytes:
+    return os.urandom(16)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def storage(request, tmp_path, clock):
+    if request.param == "memory":
+        store: Storage = MemoryStorage(clock=clock)
+    else:
+        store = SQLiteStorage(tmp_path / "store.zdb", clock=clock)
+    yield store
+    store.close()
+
+
+def commit(store: Storage, seq: int, blobs=None, garbage=(), root=None, tenant=T, database=D):
+    blobs = {new_id(): os.urandom(32)} if blobs is None else blobs
+    root = f"root-{seq + 1}".encode() if root is None else root
+    return store.commit(tenant, database, expected_seq=seq, root=root, blobs=blobs, garbage=garbage)
+
+
+# -- roots and commits -------------------------------------------------------------------
+
+
+def test_root_starts_empty(storage):
+    assert storage.get_root(T, D) == EMPTY_ROOT
+    assert storage.get_blobs(T, D, [new_id()]) == {}
+    assert storage.stats(T, D)["seq"] == 0
+
+
+def test_commit_increments_seq_and_stores_blobs(storage):
+    blobs = {new_id(): b"a" * 100, new_id(): b"b" * 200}
+    result = commit(storage, 0, blobs)
+    assert result.ok and result.root == RootRecord(1, b"root-1")
+    assert storage.get_root(T, D) == RootRecord(1, b"root-1")
+    assert storage.get_blobs(T, D, list(blobs)) == blobs
+
+    more = {new_id(): b"c"}
+    assert commit(storage, 1, more).root.seq == 2
+    assert storage.get_blobs(T, D, [*blobs, *more]) == {**blobs, **more}
+    stats = storage.stats(T, D)
+    assert (stats["seq"], stats["blobs"], stats["bytes"]) == (2, 3, 301)
+
+
+def test_commit_without_blobs_only_moves_root(storage):
+    assert commit(storage, 0, {}).ok
+    assert storage.get_root(T, D).seq == 1
+
+
+def test_conflict_returns_current_root_and_changes_nothing(storage):
+    commit(storage, 0, root=b"first")
+    stale_blob = new_id()
+    result = commit(storage, 0, {stale_blob: b"x"}, garbage=[new_id()], root=b"stale")
+    assert not result.ok
+    assert result.root == RootRecord(1, b"first")
+    assert storage.get_root(T, D) == RootRecord(1, b"first")
+    assert storage.get_blobs(T, D, [stale_blob]) == {}
+    assert storage.stats(T, D)["garbage"] == 0
+    # A seq from the future conflicts too.
+    assert not commit(storage, 5).ok
+
+
+def test_existing_blob_id_rolls_back_the_whole_commit(storage):
+    taken = new_id()
+    commit(storage, 0, {taken: b"original"}, root=b"r1")
+    fresh = [new_id() for _ in range(5)]
+    blobs = {i: b"new" for i in fresh[:3]} | {taken: b"overwrite"} | {i: b"new" for i in fresh[3:]}
+    with pytest.raises(BlobExistsError, match=taken.hex()):
+        commit(storage, 1, blobs, garbage=[new_id()], root=b"r2")
+    assert storage.get_root(T, D) == RootRecord(1, b"r1")
+    assert storage.get_blobs(T, D, [taken, *fresh]) == {taken: b"original"}
+    assert storage.stats(T, D)["garbage"] == 0
+    assert commit(storage, 1, {i: b"new" for i in fresh}).ok  # nothing half-written
+
+
+def test_get_blobs_omits_missing_ids_and_handles_big_batches(storage):
+    present = {new_id(): os.urandom(64) for _ in range(1_300)}  # > several IN chunks
+    commit(storage, 0, present)
+    missing = [new_id() for _ in range(50)]
+    asked = list(present)[:700] + missing + list(present)[700:]
+    assert storage.get_blobs(T, D, asked) == present
+    assert storage.get_blobs(T, D, missing) == {}
+    assert storage.get_blobs(T, D, []) == {}
+    some = list(present)[:3]
+    assert storage.get_blobs(T, D, some + some) == {i: present[i] for i in some}
+    assert storage.get_blobs(T, D, (i for i in some)) == {i: present[i] for i in some}
+
+
+def test_threads_committing_with_retries_lose_nothing(storage):
+    written: list[bytes] = []
+
+    def worker():
+        seq = storage.get_root(T, D).seq
+        for _ in range(25):
+            blob = new_id()
+            while not (result := commit(storage, seq, {blob: b"x"})).ok:
+                seq = result.root.seq
+            seq = result.root.seq
+            written.append(blob)  # list.append is atomic
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert storage.get_root(T, D).seq == 100
+    assert len(storage.get_blobs(T, D, written)) == 100
+
+
+# -- id blocks ---------------------------------------------------------------------------
+
+
+def test_id_blocks_are_contiguous_and_never_overlap(storage):
+    assert storage.allocate_ids(T, D, "app.Employee", 10) == 1
+    assert storage.allocate_ids(T, D, "app.Employee", 5) == 11
+    assert storage.allocate_ids(T, D, "app.Employee", 1) == 16
+    assert storage.allocate_ids(T, D, "app.Department", 3) == 1  # per sequence
+    assert storage.allocate_ids(T, "other", "app.Employee", 2) == 1  # per database
+    assert storage.allocate_ids(T, D, "app.Employee", 4) == 17
+
+
+def test_id_blocks_from_threads_never_overlap(storage):
+    taken: list[range] = []
+    lock = threading.Lock()
+
+    def worker():
+        for _ in range(25):
+            first = storage.allocate_ids(T, D, "seq", 7)
+            with lock:
+                taken.append(range(first, first + 7))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    numbers = sorted(n for block in taken for n in block)
+    assert numbers == list(range(1, 4 * 25 * 7 + 1))
+
+
+# -- keyrings ----------------------------------------------------------------------------
+
+
+def test_keyring_compare_and_set(storage):
+    assert storage.get_keyring(T, D, "master") is None
+    assert storage.put_keyring(T, D, "master", b"k1", expected=None)
+    assert not storage.put_keyring(T, D, "master", b"k2", expected=None)  # slot not empty
+    assert not storage.put_keyring(T, D, "master", b"k2", expected=b"wrong")
+    assert storage.get_keyring(T, D, "master") == b"k1"
+    assert storage.put_keyring(T, D, "master", b"k2", expected=b"k1")
+    assert storage.get_keyring(T, D, "master") == b"k2"
+    assert not storage.put_keyring(T, D, "other", b"x", expected=b"k2")  # slots are separate
+    assert storage.get_keyring(T, D, "other") is None
+    assert storage.stats(T, D)["keyrings"] == 1
+
+
+# -- garbage -----------------------------------------------------------------------------
+
+
+def test_garbage_is_deleted_only_after_retention(storage, clock):
+    old, kept = new_id(), new_id()
+    commit(storage, 0, {old: b"old", kept: b"kept"})
+    clock.now += 5
+    commit(storage, 1, {}, garbage=[old])
+    assert storage.stats(T, D)["garbage"] == 1
+
+    clock.now += 59
+    assert storage.collect_garbage(retention=60) == 0
+    assert storage.get_blobs(T, D, [old]) == {old: b"old"}  # old snapshots still readable
+
+    clock.now += 1
+    assert storage.collect_garbage(retention=60) == 1
+    assert storage.get_blobs(T, D, [old, kept]) == {kept: b"kept"}
+    assert storage.stats(T, D)["garbage"] == 0
+    assert storage.collect_garbage(retention=0) == 0
+
+
+def test_garbage_collection_across_databases_and_unknown_ids(storage, clock):
+    a, b = new_id(), new_id()
+    commit(storage, 0, {a: b"a"}, database="one")
+    commit(storage, 0, {b: b"b"}, database="two")
+    commit(storage, 1, {}, garbage=[a, new_id()], database="one")  # an id never written
+    commit(storage, 1, {}, garbage=[b], database="two")
+    clock.now += 10
+    assert storage.collect_garbage(retention=5) == 2
+    assert storage.get_blobs(T, "one", [a]) == {}
+    assert storage.get_blobs(T, "two", [b]) == {}
+
+
+def test_default_retention_keeps_fresh_garbage(storage):
+    blob = new_id()
+    commit(storage, 0, {blob: b"x"})
+    commit(storage, 1, {}, garbage=[blob])
+    assert storage.collect_garbage() == 0
+    assert storage.get_blobs(T, D, [blob]) == {blob: b"x"}
+
+
+# -- isolation ---------------------------------------------------------------------------
+
+
+def test_tenants_and_databases_are_isolated(storage):
+    blob = new_id()
+    commit(storage, 0, {blob: b"mine"}, root=b"A", tenant="alice", database="db")
+    storage.put_keyring("alice", "db", "master", b"ka", expected=None)
+    storage.allocate_ids("alice", "db", "seq", 10)
+
+    for tenant, database in [("bob", "db"), ("alice", "db2"), ("bob", "db2")]:
+        assert storage.get_root(tenant, database) == EMPTY_ROOT
+        assert storage.get_blobs(tenant, database, [blob]) == {}
+        assert storage.get_keyring(tenant, database, "master") is None
+        assert storage.allocate_ids(tenant, database, "seq", 1) == 1
+        assert storage.stats(tenant, database)["blobs"] == 0
+
+    # The same blob id may exist in another database: ids are scoped, not global.
+    commit(storage, 0, {blob: b"theirs"}, root=b"B", tenant="bob", database="db")
+    assert storage.get_blobs("alice", "db", [blob]) == {blob: b"mine"}
+    assert storage.get_blobs("bob", "db", [blob]) == {blob: b"theirs"}
+    # Garbage named by one database never deletes another's blob.
+    commit(storage, 1, {}, garbage=[blob], tenant="bob", database="db")
+    storage.collect_garbage(retention=0)
+    assert storage.get_blobs("alice", "db", [blob]) == {blob: b"mine"}
+    assert storage.get_root("alice", "db") == RootRecord(1, b"A")
+
+
+def test_names_that_could_collide_when_joined_stay_apart(storage):
+    commit(storage, 0, root=b"x", tenant="a:b", database="c")
+    assert storage.get_root("a", "b:c") == EMPTY_ROOT
+
+
+# -- invalid arguments -------------------------------------------------------------------
+
+BAD_IDS = [b"short", b"x" * 17, "a" * 16, memoryview(bytes(16)), 16, None]
+BAD_NAMES = ["", "x" * 256, None, b"bytes", 3, "nul\x00"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_bad_blob_ids_are_refused(storage, bad):
+    with pytest.raises(InvalidRequestError):
+        storage.get_blobs(T, D, [bad])
+    with pytest.raises(InvalidRequestError):
+        commit(storage, 0, {bad: b"x"})
+    with pytest.raises(InvalidRequestError):
+        commit(storage, 0, {}, garbage=[bad])
+    assert storage.get_root(T, D) == EMPTY_ROOT
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_bad_names_are_refused(storage, bad):
+    with pytest.raises(InvalidRequestError):
+        storage.get_root(bad, D)
+    with pytest.raises(InvalidRequestError):
+        storage.get_blobs(T, bad, [new_id()])
+    with pytest.raises(InvalidRequestError):
+        commit(storage, 0, tenant=bad)
+    with pytest.raises(InvalidRequestError):
+        storage.allocate_ids(T, D, bad, 1)
+    with pytest.raises(InvalidRequestError):
+        storage.get_keyring(T, D, bad)
+    with pytest.raises(InvalidRequestError):
+        storage.put_keyring(T, D, bad, b"k", expected=None)
+
+
+@pytest.mark.parametrize("count", [0, -1, 10**7, True, 1.0, "3", None])
+def test_bad_counts_are_refused(storage, count):
+    with pytest.raises(InvalidRequestError):
+        storage.allocate_ids(T, D, "seq", count)
+    assert storage.allocate_ids(T, D, "seq", 1) == 1  # nothing was reserved
+
+
+def test_other_bad_arguments_are_refused(storage):
+    for kwargs in [
+        {"expected_seq": -1},
+        {"expected_seq": "0"},
+        {"expected_seq": None},
+        {"root": "text"},
+        {"root": None},
+        {"blobs": [(new_id(), b"x")]},
+        {"blobs": {new_id(): "text"}},
+        {"garbage": new_id()},  # a lone id, not a collection of ids
+    ]:
+        args = {"expected_seq": 0, "root": b"r", "blobs": {}, "garbage": ()} | kwargs
+        with pytest.raises(InvalidRequestError):
+            storage.commit(T, D, **args)
+    with pytest.raises(InvalidRequestError):
+        storage.get_blobs(T, D, new_id())  # a lone id
+    with pytest.raises(InvalidRequestError):
+        storage.put_keyring(T, D, "k", "text", expected=None)
+    with pytest.raises(InvalidRequestError):
+        storage.put_keyring(T, D, "k", b"x", expected="text")
+    for retention in [-1, float("nan"), float("inf"), "60", None]:
+        with pytest.raises(InvalidRequestError):
+            storage.collect_garbage(retention=retention)
+    assert storage.get_root(T, D) == EMPTY_ROOT
+
+
+# -- open_storage ------------------------------------------------------------------------
+
+
+def test_open_storage_memory():
+    store = open_storage("memory://")
+    assert isinstance(store, MemoryStorage)
+    assert open_storage("memory://") is not store  # every URL opens a fresh store
+
+
+def test_open_storage_sqlite_creates_parent_dirs_and_persists(tmp_path):
+    path = tmp_path / "nested" / "dir" / "store.zdb"
+    store = open_storage(f"sqlite:///{path}")
+    assert isinstance(store, SQLiteStorage)
+    blob = new_id()
+    commit(store, 0, {blob: b"kept"})
+    store.close()
+    with pytest.raises(StorageUnavailableError):
+        store.get_root(T, D)
+    again = open_storage(f"sqlite:///{path}")
+    assert again.get_root(T, D).seq == 1
+    assert again.get_blobs(T, D, [blob]) == {blob: b"kept"}
+    again.close()
+
+
+def test_open_storage_sqlite_relative_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    open_storage("sqlite:///data/rel.zdb").close()
+    assert (tmp_path / "data" / "rel.zdb").exists()
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://localhost", "postgres:///x", "", "memory://x", "sqlite://host/x", "sqlite:///"]
+)
+def test_open_storage_refuses_unknown_urls(url):
+    with pytest.raises(StorageUnavailableError, match="URL"):
+        open_storage(url)
+
+
+def test_open_storage_refuses_unopenable_files(tmp_path):
+    junk = tmp_path / "junk.zdb"
+    junk.write_bytes(b"not a database" * 500)
+    with pytest.raises(StorageUnavailableError, match="not a database"):
+        open_storage(f"sqlite:///{junk}")
+    with pytest.raises(StorageUnavailableError, match="directory"):
+        open_storage(f"sqlite:///{tmp_path}")
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(StorageUnavailableError):
+        open_storage(f"sqlite:///{blocker}/sub/store.zdb")
