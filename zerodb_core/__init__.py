@@ -1,0 +1,39 @@
+"""zerodb_core: the framework-free encrypted engine of django-zerodb.
+
+Keys and crypto, the blob format, copy-on-write encrypted B+trees, records and indexes,
+queries and transactions, and the native API::
+
+    from zerodb_core import DB
+    from zerodb_core.models import Model, Field, Text
+    from zerodb_core.query import InRange, Gt, Contains
+"""
+
+from zerodb_core.db import DB
+from zerodb_core.exceptions import (
+    AuthenticationError,
+    ConflictError,
+    DoesNotExist,
+    FreshnessError,
+    IntegrityError,
+    NotSupportedError,
+    QueryError,
+    StoreUnavailableError,
+    UniqueViolation,
+    WrongPassphraseError,
+    ZeroDBError,
+)
+
+__all__ = [
+    "DB",
+    "AuthenticationError",
+    "ConflictError",
+    "DoesNotExist",
+    "FreshnessError",
+    "IntegrityError",
+    "NotSupportedError",
+    "QueryError",
+    "StoreUnavailableError",
+    "UniqueViolation",
+    "WrongPassphraseError",
+    "ZeroDBError",
+]

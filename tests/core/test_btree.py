@@ -87,7 +87,7 @@ def test_tree_matches_sorted_dict(ops, probes):
         assert run(ws, tree.scan_reader(lo, hi)) == expected
         assert run(ws, tree.count_reader(lo, hi)) == len(expected)
         assert run(ws, tree.scan_reader(lo, hi, reverse=True)) == expected[::-1]
-    present = list(model)[:5] + [b"\xff\xff\xff\xff\xff\xff\xff"]
+    present = [*list(model)[:5], b"\xff\xff\xff\xff\xff\xff\xff"]
     assert run(ws, tree.get_many_reader(present)) == {k: model[k] for k in present if k in model}
 
 
@@ -102,7 +102,7 @@ def test_tree_matches_sorted_dict(ops, probes):
 )
 def test_scan_window_and_counts(n, lo, hi, skip, limit, reverse):
     source, refs, ws, tree = make_tree(max_bytes=120)
-    enc = lambda i: i.to_bytes(2, "big", signed=True) if -5 <= i else b""  # noqa: E731
+    enc = lambda i: i.to_bytes(2, "big", signed=True) if i >= -5 else b""  # noqa: E731
     for i in range(n):
         tree.put(i.to_bytes(2, "big", signed=True), b"v%d" % i)
     ws = persist(ws, refs, source)
@@ -147,7 +147,7 @@ def test_fetches_are_batched_per_level():
 
 
 def test_sequential_load_fills_nodes():
-    source, refs, ws, tree = make_tree(max_bytes=1000)
+    _, refs, ws, tree = make_tree(max_bytes=1000)
     for i in range(5000):
         tree.put(i.to_bytes(4, "big"), b"v" * 10)
     leaves = [n for n in ws.dirty.values() if n.is_leaf and n.keys]

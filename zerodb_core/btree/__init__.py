@@ -2,13 +2,21 @@
 
 from zerodb_core.btree.node import CLEAN, Inner, Leaf, Node, node_from_payload
 from zerodb_core.btree.tree import EMPTY_TREE, NODE_MAX_BYTES, BTree, TreeRef
-from zerodb_core.btree.workspace import NodeSource, Reader, Workspace, new_id, reachable_dirty
+from zerodb_core.btree.workspace import (
+    BlobRequest,
+    NodeSource,
+    Reader,
+    Workspace,
+    new_id,
+    reachable_dirty,
+)
 
 __all__ = [
     "CLEAN",
     "EMPTY_TREE",
     "NODE_MAX_BYTES",
     "BTree",
+    "BlobRequest",
     "Inner",
     "Leaf",
     "Node",

@@ -30,14 +30,22 @@ class Leaf:
 
     __slots__ = ("gen", "id", "keys", "size", "values")
 
-    def __init__(self, node_id: bytes, keys: list[bytes], values: list[bytes], gen: int = CLEAN):
+    def __init__(
+        self,
+        node_id: bytes,
+        keys: list[bytes],
+        values: list[bytes],
+        gen: int = CLEAN,
+        size: int | None = None,
+    ):
         self.id = node_id
         self.keys = keys
         self.values = values
         self.gen = gen
-        self.size = NODE_OVERHEAD + sum(len(k) + len(v) for k, v in zip(keys, values)) + (
-            ENTRY_OVERHEAD * len(keys)
-        )
+        if size is None:
+            size = NODE_OVERHEAD + sum(map(len, keys)) + sum(map(len, values))
+            size += ENTRY_OVERHEAD * len(keys)
+        self.size = size
 
     is_leaf = True
 

@@ -18,8 +18,10 @@ from typing import Any, Protocol
 
 from zerodb_core.btree.node import CLEAN, Node
 
-# A read coroutine: yields lists of blob ids, receives {id: object}, returns its result.
-Reader = Generator[list[bytes], dict[bytes, Any], Any]
+# What a reader asks for: a node id, or ``(blob id, blob kind)`` for other kinds of blob.
+BlobRequest = bytes | tuple[bytes, int]
+# A read coroutine: yields lists of requests, receives {request: object}, returns its result.
+Reader = Generator[list[BlobRequest], dict[BlobRequest, Any], Any]
 
 
 class NodeSource(Protocol):
@@ -28,7 +30,7 @@ class NodeSource(Protocol):
     def lookup(self, blob_id: bytes) -> Any | None:
         """Return the object if it is cached, else None (no I/O)."""
 
-    def fetch(self, blob_ids: Sequence[bytes]) -> dict[bytes, Any]:
+    def fetch(self, requests: Sequence[BlobRequest]) -> dict[BlobRequest, Any]:
         """Fetch and decode all of these in one round trip (raising if any is missing)."""
 
 
@@ -81,8 +83,16 @@ class Workspace:
         return copy
 
     def load(self, blob_id: bytes) -> Any:
-        """Return one node, fetching it (one round trip) if it is neither dirty nor cached."""
-        return self.run([_single(blob_id)])[0]
+        """Return one node, fetching it (one round trip) if it is neither dirty nor cached.
+
+        Writes walk one path at a time through here, so it avoids the reader machinery.
+        """
+        obj = self.dirty.get(blob_id)
+        if obj is None:
+            obj = self.source.lookup(blob_id)
+            if obj is None:
+                obj = self.source.fetch([blob_id])[blob_id]
+        return obj
 
     def run(self, readers: Sequence[Reader]) -> list[Any]:
         """Drive the readers in lockstep, one batched fetch per step; return their results."""
@@ -91,18 +101,19 @@ class Workspace:
         for index, reader in enumerate(readers):
             self._advance(index, reader, None, results, active)
         while active:
-            wanted: dict[bytes, Any] = {}
-            missing: list[bytes] = []
-            for _, _, ids in active:
-                for blob_id in ids:
-                    if blob_id in wanted:
+            wanted: dict[BlobRequest, Any] = {}
+            missing: list[BlobRequest] = []
+            for _, _, requests in active:
+                for request in requests:
+                    if request in wanted:
                         continue
+                    blob_id = request if request.__class__ is bytes else request[0]
                     obj = self.dirty.get(blob_id)
                     if obj is None:
                         obj = self.source.lookup(blob_id)
                     if obj is None:
-                        missing.append(blob_id)
-                    wanted[blob_id] = obj
+                        missing.append(request)
+                    wanted[request] = obj
             if missing:
                 wanted.update(self.source.fetch(missing))
             step, active = active, []
@@ -121,11 +132,6 @@ class Workspace:
             active.append((index, reader, ids))
         else:  # a reader that needs nothing this step is answered at once
             Workspace._advance(index, reader, {}, results, active)
-
-
-def _single(blob_id: bytes) -> Reader:
-    found = yield [blob_id]
-    return found[blob_id]
 
 
 def _copy_node(node: Node, node_id: bytes, gen: int) -> Node:

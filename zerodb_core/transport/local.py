@@ -38,7 +38,11 @@ class LocalTransport(Transport):
         garbage: list[bytes],
     ) -> CommitResult:
         return self.storage.commit(
-            self.tenant, database, expected_seq=expected_seq, root=root, blobs=blobs,
+            self.tenant,
+            database,
+            expected_seq=expected_seq,
+            root=root,
+            blobs=blobs,
             garbage=garbage,
         )
 
@@ -48,7 +52,9 @@ class LocalTransport(Transport):
     def _get_keyring(self, database: str, name: str) -> bytes | None:
         return self.storage.get_keyring(self.tenant, database, name)
 
-    def _put_keyring(self, database: str, name: str, data: bytes, *, expected: bytes | None) -> bool:
+    def _put_keyring(
+        self, database: str, name: str, data: bytes, *, expected: bytes | None
+    ) -> bool:
         return self.storage.put_keyring(self.tenant, database, name, data, expected=expected)
 
     def close(self) -> None:

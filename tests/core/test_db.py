@@ -1,0 +1,149 @@
+"""The native API end to end on the embedded stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from blob_server.storage.memory import MemoryStorage
+from tests.core.hr import Account, Employee
+from zerodb_core import DoesNotExist, NotSupportedError, QueryError, UniqueViolation
+from zerodb_core.query import Contains, Gt, InRange
+
+STORES = ["memory://", "sqlite:///{tmp}/hr.zdb"]
+
+
+@pytest.fixture(params=STORES, ids=["memory", "sqlite"])
+def db(request, make_db):
+    return make_db(request.param)
+
+
+def add_staff(db):
+    with db.transaction():
+        db.add(
+            Employee(
+                name="John", surname="Smith", salary=195500, description="kernel panic on boot"
+            ),
+            Employee(name="John", surname="Doe", salary=90000, description="writes the docs"),
+            Employee(name="Ann", surname="Lee", salary=199000, description="fixes kernel bugs"),
+            Employee(
+                name="Bob", surname="Stone", salary=210000, description="a panic in the kernel"
+            ),
+        )
+
+
+def test_readme_example(db):
+    add_staff(db)
+    rich_johns = db[Employee].query(InRange("salary", 195000, 200000), name="John")
+    assert [e.surname for e in rich_johns] == ["Smith"]
+    top = db[Employee].query(Gt("salary", 100000), sort_index="salary", reverse=True, limit=2)
+    assert [e.salary for e in top] == [210000, 199000]
+    hits = db[Employee].query(Contains("description", "kernel panic"), limit=10)
+    assert {e.name for e in hits} == {"John", "Bob"}
+    assert len(db[Employee]) == 4
+    assert len(db[Employee].query(name="John")) == 2
+
+
+def test_pk_get_and_remove(db):
+    add_staff(db)
+    john = db[Employee].query(surname="Smith")[0]
+    assert isinstance(john.pk, int)
+    assert db[Employee].get(john.pk).surname == "Smith"
+    db.remove(john)
+    with pytest.raises(DoesNotExist):
+        db[Employee].get(john.pk)
+    assert len(db[Employee]) == 3
+    assert len(db[Employee].query(name="John")) == 1
+
+
+def test_undeclared_attributes_are_stored_not_indexed(db):
+    e = Employee(name="Zed", salary=1, nickname="zz")
+    db.add(e)
+    assert db[Employee].get(e.pk).nickname == "zz"
+    assert [x.name for x in db[Employee].query(nickname="zz")] == ["Zed"]  # residual scan
+
+
+def test_rollback_on_exception_and_savepoints(db):
+    add_staff(db)
+    with pytest.raises(RuntimeError), db.transaction():
+        db.add(Employee(name="Ghost", salary=1))
+        raise RuntimeError
+    assert len(db[Employee].query(name="Ghost")) == 0
+    with db.transaction():
+        db.add(Employee(name="Kept", salary=2))
+        with pytest.raises(RuntimeError), db.transaction():
+            db.add(Employee(name="Inner", salary=3))
+            assert len(db[Employee].query(name="Inner")) == 1  # read your own writes
+            raise RuntimeError
+        assert len(db[Employee].query(name="Inner")) == 0
+    assert len(db[Employee].query(name="Kept")) == 1
+    assert len(db[Employee]) == 5
+
+
+def test_changed_objects_are_saved_at_commit(db):
+    add_staff(db)
+    with db.transaction():
+        ann = db[Employee].query(name="Ann")[0]
+        ann.salary = 1
+    assert db[Employee].query(name="Ann")[0].salary == 1
+    assert len(db[Employee].query(InRange("salary", 0, 10))) == 1
+
+
+def test_unique_index(db):
+    db.add(Account(email="a@x", balance=1))
+    with pytest.raises(UniqueViolation):
+        db.add(Account(email="a@x", balance=2))
+    assert len(db[Account]) == 1
+    db.add(Account(email=None), Account(email=None))  # NULLs may repeat, as in SQL
+    assert len(db[Account]) == 3
+
+
+def test_large_records_spill_to_their_own_blob(db):
+    big = "word " * 5000
+    e = Employee(name="Big", description=big)
+    db.add(e)
+    assert db[Employee].get(e.pk).description == big
+    assert len(db[Employee].query(Contains("description", "word"))) == 1
+    e.description = "small now"
+    db.add(e)
+    assert db[Employee].get(e.pk).description == "small now"
+
+
+def test_concurrent_commits_rebase(make_db):
+    storage = MemoryStorage()
+    a = make_db(storage)
+    b = make_db(storage)
+    a.add(Account(email="seed", balance=0))
+    with a.transaction():
+        a.add(Account(email="from-a", balance=1))
+        b.add(Account(email="from-b", balance=2))  # commits first
+    emails = {x.email for x in b[Account].all()}
+    assert emails == {"seed", "from-a", "from-b"}
+
+
+def test_rebase_rechecks_unique(make_db):
+    storage = MemoryStorage()
+    a = make_db(storage)
+    b = make_db(storage)
+    a.add(Account(email="seed"))
+    with pytest.raises(UniqueViolation), a.transaction():
+        a.add(Account(email="same"))
+        b.add(Account(email="same"))
+    assert len(b[Account].query(email="same")) == 1
+
+
+def test_bad_input_is_refused_clearly(db):
+    with pytest.raises(QueryError):
+        db[Employee].query("salary > 5")
+    with pytest.raises(QueryError):
+        db[object]
+    with pytest.raises(NotSupportedError):
+        type(db)(("localhost", 8001), password="x", kdf="fast")
+
+
+def test_sqlite_store_persists_across_processes_of_the_api(make_db, tmp_path):
+    url = f"sqlite:///{tmp_path}/p.zdb"
+    first = make_db(url)
+    add_staff(first)
+    first.close()
+    again = make_db(url)
+    assert len(again[Employee].query(name="John")) == 2

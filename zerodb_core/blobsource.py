@@ -1,0 +1,53 @@
+"""The client side of blob reads: cache first, then one batched, authenticated fetch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from zerodb_core.btree import BlobRequest, node_from_payload
+from zerodb_core.cache import BlobCache
+from zerodb_core.crypto import BlobKind, BlobSealer
+from zerodb_core.exceptions import IntegrityError
+from zerodb_core.records import RecordBlob
+from zerodb_core.serialization import unpack
+from zerodb_core.transport import Transport
+
+
+class BlobSource:
+    """Resolve blob ids to decrypted, decoded objects for one database.
+
+    Every blob is opened with the id and kind the client expects, so a blob the server
+    swapped, moved or altered fails authentication before it is decoded.
+    """
+
+    def __init__(
+        self, transport: Transport, database: str, sealer: BlobSealer, cache: BlobCache
+    ) -> None:
+        self.transport = transport
+        self.database = database
+        self.sealer = sealer
+        self.cache = cache
+
+    def lookup(self, blob_id: bytes) -> Any | None:
+        return self.cache.get(blob_id)
+
+    def fetch(self, requests: Sequence[BlobRequest]) -> dict[BlobRequest, Any]:
+        ids = [r if r.__class__ is bytes else r[0] for r in requests]
+        found = self.transport.get_blobs(self.database, ids)
+        out: dict[BlobRequest, Any] = {}
+        for request, blob_id in zip(requests, ids):
+            sealed = found.get(blob_id)
+            if sealed is None:
+                raise IntegrityError(
+                    f"blob {blob_id.hex()} is missing from the store (deleted or withheld)"
+                )
+            kind = BlobKind.NODE if request.__class__ is bytes else request[1]
+            payload = self.sealer.open(kind, blob_id, sealed)
+            if kind == BlobKind.NODE:
+                obj = node_from_payload(blob_id, unpack(payload))
+            else:
+                obj = RecordBlob(blob_id, payload)
+            self.cache.put(blob_id, obj, len(sealed))
+            out[request] = obj
+        return out

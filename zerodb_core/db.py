@@ -1,0 +1,337 @@
+"""``DB``: the native API's entry point.
+
+It opens a store, unlocks the keyring with the passphrase, reads and verifies root
+records, and runs transactions. Everything else (trees, queries) works on the snapshot a
+``DB`` hands out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from blob_server.storage import Storage
+from blob_server.storage.base import RootRecord
+from zerodb_core.blobsource import BlobSource
+from zerodb_core.btree import CLEAN, NODE_MAX_BYTES, reachable_dirty
+from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
+from zerodb_core.collection import Collection
+from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest
+from zerodb_core.exceptions import (
+    ConflictError,
+    IntegrityError,
+    NotSupportedError,
+    QueryError,
+)
+from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
+from zerodb_core.models import Model
+from zerodb_core.records import RecordBlob, spilled_ids
+from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
+from zerodb_core.serialization import pack, unpack
+from zerodb_core.transaction import DeleteRecord, EnsureModel, PutRecords, Transaction, View
+from zerodb_core.transport import LocalTransport, Transport, open_local_transport
+
+DEFAULT_DATABASE = "main"
+# Commits that meet a concurrent commit are replayed on the newer root this many times.
+MAX_COMMIT_RETRIES = 16
+# Id blocks grow from this size while a model keeps asking for more, up to the maximum.
+MIN_ID_BLOCK = 16
+MAX_ID_BLOCK = 8192
+
+
+class DB:
+    """An encrypted database, reached through a store.
+
+    ``store`` is ``"memory://"``, ``"sqlite:///path/file.zdb"``, a ``Storage`` or a
+    ``Transport``. ``kdf`` is the Argon2id preset used when the keyring is first created
+    (``"moderate"``; ``"fast"`` only for tests; the ``ZERODB_KDF`` environment variable
+    sets the default). ``freshness_path`` is where the highest root seen is remembered
+    (default: beside an SQLite store, else in memory). ``node_bytes`` is the size at
+    which tree nodes split (tests make it small to get deep trees from little data).
+    """
+
+    def __init__(
+        self,
+        store: str | tuple[str, int] | Storage | Transport,
+        username: str = "root",
+        password: str | bytes | None = None,
+        *,
+        database: str = DEFAULT_DATABASE,
+        kdf: str | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        freshness_path: str | os.PathLike | None = None,
+        delay: float = 0.0,
+        node_bytes: int = NODE_MAX_BYTES,
+    ) -> None:
+        if not password:
+            raise QueryError("a password (passphrase) is required to open an encrypted database")
+        self.database = database
+        self.node_bytes = node_bytes
+        self.transport = _open_transport(store, delay)
+        self.freshness = _freshness_for(store, freshness_path)
+        self.keyring = self._unlock(
+            username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
+        )
+        self.keys = self.keyring.hierarchy()
+        tenant = getattr(self.transport, "tenant", "local")
+        self.sealer = BlobSealer(self.keys, tenant, database)
+        self.cache = BlobCache(cache_bytes)
+        self.source = BlobSource(self.transport, database, self.sealer, self.cache)
+        self._latest: RootState = EMPTY_STATE
+        self._local = threading.local()
+        self._id_blocks: dict[str, list[int]] = {}
+        self._id_lock = threading.Lock()
+        # The catalog each model class was last checked against (catalogs are immutable).
+        self._checked_catalog: dict[type[Model], Any] = {}
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _unlock(self, username: str, password: str | bytes, kdf: str) -> Keyring:
+        sealed = self.transport.get_keyring(self.database, username)
+        tenant = getattr(self.transport, "tenant", "local")
+        where = {"tenant": tenant, "database": self.database, "name": username}
+        if sealed is not None:
+            return Keyring.open(sealed, password, **where)
+        keyring = Keyring.create()
+        blob = keyring.seal(password, kdf=kdf, **where)
+        if self.transport.put_keyring(self.database, username, blob, expected=None):
+            return keyring
+        # Someone created it meanwhile: use theirs.
+        return Keyring.open(self.transport.get_keyring(self.database, username), password, **where)
+
+    def _open_root(self, record: RootRecord) -> RootState:
+        """Authenticate and check a root record from the store; reject rollbacks/forks."""
+        if record.seq == 0:
+            if record.data:
+                raise IntegrityError("root record with seq 0 must be empty")
+            self.freshness.check(self.database, 0, None, None)
+            return EMPTY_STATE
+        root_digest = digest(record.data)
+        latest = self._latest
+        if latest.seq == record.seq and latest.digest == root_digest:
+            return latest
+        plaintext = self.sealer.open(BlobKind.ROOT, root_blob_id(record.seq), record.data)
+        state, prev = parse_payload(unpack(plaintext), record.seq, root_digest)
+        self.freshness.check(self.database, record.seq, root_digest, prev)
+        if state.seq >= self._latest.seq:
+            self._latest = state
+        return state
+
+    def read_root(self) -> RootState:
+        """Read the current root (one round trip) and return it verified."""
+        return self._open_root(self.transport.get_root(self.database))
+
+    # -- snapshots and transactions --------------------------------------------------------
+
+    @property
+    def _txn_stack(self) -> list:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def current_view(self) -> View:
+        """The running transaction, or else a fresh snapshot of the latest root."""
+        stack = self._txn_stack
+        if stack:
+            return stack[0][0]
+        return View(self.source, self.read_root(), node_bytes=self.node_bytes)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Commit at exit, roll back on an exception; nested blocks are savepoints."""
+        stack = self._txn_stack
+        if stack:
+            txn = stack[0][0]
+            sp = txn.savepoint()
+            stack.append((txn, sp))
+            try:
+                yield txn
+            except BaseException:
+                txn.rollback_to(sp)
+                raise
+            finally:
+                stack.pop()
+            return
+        txn = Transaction(self.source, self.read_root(), node_bytes=self.node_bytes)
+        stack.append((txn, None))
+        try:
+            yield txn
+            self._commit(txn)
+        finally:
+            stack.pop()
+
+    def _write(self, op) -> Any:
+        stack = self._txn_stack
+        if stack:
+            return stack[0][0].apply(op)
+        with self.transaction() as txn:
+            return txn.apply(op)
+
+    # -- the native API --------------------------------------------------------------------
+
+    def __getitem__(self, model: type[Model]) -> Collection:
+        if not (isinstance(model, type) and issubclass(model, Model)):
+            raise QueryError(f"db[...] takes a Model subclass, not {model!r}")
+        return Collection(self, model)
+
+    def add(self, *objs: Model) -> None:
+        """Store new objects (giving them a ``pk``) or save changed ones."""
+        by_model: dict[type[Model], dict[Any, Model]] = {}
+        for obj in objs:
+            if not isinstance(obj, Model):
+                raise QueryError(f"db.add() takes Model instances, not {obj!r}")
+            by_model.setdefault(type(obj), {})
+        with self.transaction() as txn:
+            for obj in objs:
+                if obj.pk is None:
+                    obj.pk = self.allocate_id(type(obj).zerodb_name)
+                by_model[type(obj)][obj.pk] = obj  # the same object twice: saved once
+            for model, batch in by_model.items():
+                self._ensure_model(txn, model)
+                rows = [(pk, obj.to_record()) for pk, obj in batch.items()]
+                txn.apply(PutRecords(model.zerodb_name, rows))
+                for (_, fields), obj in zip(rows, batch.values()):
+                    txn.loaded[id(obj)] = (obj, fields)
+
+    def remove(self, *objs: Model) -> None:
+        """Delete objects (or every object of query results passed in)."""
+        with self.transaction() as txn:
+            for item in objs:
+                for obj in item if not isinstance(item, Model) else [item]:
+                    txn.apply(DeleteRecord(type(obj).zerodb_name, obj.pk))
+                    txn.loaded.pop(id(obj), None)
+
+    def _ensure_model(self, txn: Transaction, model: type[Model]) -> None:
+        if txn.catalog is self._checked_catalog.get(model):
+            return
+        spec = model.model_spec()
+        current = txn.catalog.get(spec.name)
+        if current is None or any(current.indexes.get(n) != i for n, i in spec.indexes.items()):
+            txn.apply(EnsureModel(spec))
+        self._checked_catalog[model] = txn.catalog
+
+    def track_loaded(self, obj: Model, fields: dict) -> None:
+        """Remember objects read inside a transaction so changes to them are saved."""
+        stack = self._txn_stack
+        if stack:
+            stack[0][0].loaded[id(obj)] = (obj, dict(fields))
+
+    def allocate_id(self, model: str) -> int:
+        """The next integer primary key of ``model``, from a block reserved in the store."""
+        with self._id_lock:
+            block = self._id_blocks.get(model)
+            if block is None or block[0] >= block[1]:
+                size = MIN_ID_BLOCK if block is None else min(block[2] * 2, MAX_ID_BLOCK)
+                name = self.keys.opaque_name("sequence", f"{self.database}/{model}")
+                first = self.transport.allocate_ids(self.database, name, size)
+                block = self._id_blocks[model] = [first, first + size, size]
+            block[0] += 1
+            return block[0] - 1
+
+    # -- committing ------------------------------------------------------------------------
+
+    def _save_changed_objects(self, txn: Transaction) -> None:
+        for obj, fields in list(txn.loaded.values()):
+            now = obj.to_record()
+            if now != fields:
+                txn.apply(PutRecords(type(obj).zerodb_name, [(obj.pk, now)]))
+
+    def _commit(self, txn: Transaction) -> None:
+        self._save_changed_objects(txn)
+        if not txn.ops:
+            return
+        for _ in range(MAX_COMMIT_RETRIES):
+            blobs, written = self._seal_dirty(txn)
+            seq = txn.root.seq + 1
+            payload = build_payload(seq, txn.root.digest, txn.refs, txn.catalog, txn.text_stats)
+            sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
+            result = self.transport.commit(
+                self.database,
+                expected_seq=txn.root.seq,
+                root=sealed_root,
+                blobs=blobs,
+                garbage=txn.ws.garbage,
+            )
+            if result.ok:
+                root_digest = digest(sealed_root)
+                self.freshness.check(self.database, seq, root_digest, txn.root.digest)
+                for obj, size in written:
+                    obj.gen = CLEAN
+                    self.cache.put(obj.id, obj, size)
+                self._latest = RootState(
+                    seq,
+                    root_digest,
+                    dict(txn.refs),
+                    txn.catalog,
+                    dict(txn.text_stats),
+                    payload["time"],
+                )
+                return
+            txn.rebase(self._open_root(result.root))
+        raise ConflictError(
+            f"commit to {self.database!r} met a concurrent commit {MAX_COMMIT_RETRIES} times"
+        )
+
+    def _seal_dirty(self, txn: Transaction) -> tuple[dict[bytes, bytes], list]:
+        blobs: dict[bytes, bytes] = {}
+        written = []
+        for name, ref in txn.refs.items():
+            refs = spilled_ids if name.startswith("r/") else None
+            for obj in reachable_dirty(txn.ws, [ref.root], refs):
+                if isinstance(obj, RecordBlob):
+                    sealed = self.sealer.seal(BlobKind.RECORD, obj.id, obj.data)
+                else:
+                    sealed = self.sealer.seal(BlobKind.NODE, obj.id, pack(obj.to_payload()))
+                blobs[obj.id] = sealed
+                written.append((obj, len(sealed)))
+        return blobs, written
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Round trips and bytes so far, cache behaviour, and the last root seen."""
+        return {
+            **self.transport.counters.snapshot(),
+            "cache_hits": self.cache.hits,
+            "cache_misses": self.cache.misses,
+            "cache_bytes": self.cache.bytes,
+            "cache_entries": len(self.cache),
+            "seq": self._latest.seq,
+        }
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> DB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_transport(store, delay: float) -> Transport:
+    if isinstance(store, Transport):
+        return store
+    if isinstance(store, Storage):
+        return LocalTransport(store, delay=delay)
+    if isinstance(store, tuple):
+        raise NotSupportedError(
+            "the remote blob server client is not built yet; use an embedded store "
+            "(DB('sqlite:///path/file.zdb', ...) or DB('memory://', ...))"
+        )
+    if isinstance(store, str):
+        return open_local_transport(store, delay=delay)
+    raise QueryError(f"unknown store {store!r}")
+
+
+def _freshness_for(store, path) -> FreshnessTracker:
+    if path is not None:
+        return FileFreshnessTracker(path)
+    if isinstance(store, str) and store.startswith("sqlite:///"):
+        return FileFreshnessTracker(Path(store[len("sqlite:///") :] + ".fresh"))
+    return FreshnessTracker()

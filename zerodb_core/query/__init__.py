@@ -1,0 +1,47 @@
+"""Query operators of the native API (``from zerodb_core.query import Eq, InRange, ...``)."""
+
+from zerodb_core.query.operators import (
+    And,
+    Contains,
+    DoesNotContain,
+    Eq,
+    Expr,
+    Ge,
+    Gt,
+    InRange,
+    IsNull,
+    Le,
+    Lt,
+    Match,
+    Not,
+    NotAny,
+    NotEq,
+    NotInRange,
+    Or,
+    Predicate,
+    StartsWith,
+)
+from zerodb_core.query.operators import Any_ as Any
+
+__all__ = [
+    "And",
+    "Any",
+    "Contains",
+    "DoesNotContain",
+    "Eq",
+    "Expr",
+    "Ge",
+    "Gt",
+    "InRange",
+    "IsNull",
+    "Le",
+    "Lt",
+    "Match",
+    "Not",
+    "NotAny",
+    "NotEq",
+    "NotInRange",
+    "Or",
+    "Predicate",
+    "StartsWith",
+]

@@ -1,0 +1,275 @@
+"""Running plans on a snapshot: batched index scans, set algebra, residual checks,
+ordering and paging, with round trips kept to one per tree level.
+
+Every index scan a plan needs is started at once and driven in lockstep by
+``Workspace.run``, so an ``And`` of three indexed conditions costs as many round trips as
+the deepest of the three trees, not the sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from zerodb_core.encoding import encode_key, key_after
+from zerodb_core.exceptions import QueryError
+from zerodb_core.query.operators import And, Expr
+from zerodb_core.query.planner import (
+    Complement,
+    IndexScan,
+    Intersect,
+    Plan,
+    Source,
+    TextScan,
+    Union,
+)
+from zerodb_core.records import Table
+from zerodb_core.serialization import unpack
+from zerodb_core.text import bm25
+
+# An And keeps reading an index only if it promises at most this many times the entries of
+# the most selective one (plus a floor); the others are checked on the records instead.
+INTERSECT_RATIO = 8
+INTERSECT_FLOOR = 256
+
+_NONE_KEY = encode_key(None)
+
+
+def sort_key(value: Any) -> bytes:
+    """Order values as an ordered index would (None first; unorderable values last)."""
+    if value is None:
+        return _NONE_KEY
+    try:
+        return encode_key(value)
+    except QueryError:
+        return b"\xff\xff"
+
+
+class Executor:
+    """Evaluate plans of one model on one snapshot."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.view = table.view
+        self.spec = table.spec
+
+    # -- choosing ------------------------------------------------------------------------
+
+    def refine(self, plan: Plan) -> Plan:
+        """Drop index scans of an ``And`` that would read far more entries than the most
+        selective one; their conditions move to the residual check."""
+        source = plan.source
+        if not isinstance(source, Intersect):
+            return plan
+        scans = [p for p in source.parts if isinstance(p, IndexScan)]
+        if len(scans) < 2:
+            return plan
+        estimates = dict(zip(map(id, scans), self.estimate_many(scans)))
+        smallest = min(estimates.values())
+        limit = smallest * INTERSECT_RATIO + INTERSECT_FLOOR
+        kept = [p for p in source.parts if estimates.get(id(p), 0) <= limit]
+        moved = [p.predicate for p in scans if estimates[id(p)] > limit]
+        if not moved:
+            return plan
+        residuals = moved + ([plan.residual] if plan.residual is not None else [])
+        residual = residuals[0] if len(residuals) == 1 else And(*residuals)
+        return Plan(kept[0] if len(kept) == 1 else Intersect(kept), residual)
+
+    def estimate_many(self, scans: list[IndexScan]) -> list[int]:
+        """Estimated entries of each scan, from inner nodes only (no leaf is read)."""
+        readers, owners = [], []
+        for n, scan in enumerate(scans):
+            tree = self.view.tree(scan.tree)
+            for lo, hi in scan.ranges:
+                readers.append(tree.count_reader(lo, hi, exact=False))
+                owners.append(n)
+        totals = [0] * len(scans)
+        for n, count in zip(owners, self.view.run(readers)):
+            totals[n] += count
+        return totals
+
+    # -- counting ------------------------------------------------------------------------
+
+    def count(self, plan: Plan) -> int | None:
+        """Exact count without reading records, or None if records must be checked."""
+        if plan.residual is not None:
+            return None
+        if plan.source is None:
+            return len(self.table.records)
+        if isinstance(plan.source, IndexScan):
+            tree = self.view.tree(plan.source.tree)
+            return sum(self.view.run([tree.count_reader(lo, hi) for lo, hi in plan.source.ranges]))
+        return len(self.primary_keys(plan.source)[0])
+
+    # -- candidates ----------------------------------------------------------------------
+
+    def primary_keys(self, source: Source) -> tuple[list[Any], dict[Any, float] | None]:
+        """Materialise a source: its primary keys in source order, and BM25 scores if a
+        text scan takes part."""
+        leaves: list[IndexScan | TextScan] = []
+        _collect(source, leaves)
+        if _needs_all(source):
+            leaves.append(None)  # every primary key, for complements
+        readers = [self._scan_reader(leaf) for leaf in leaves]
+        results = dict(zip(map(id, leaves), self.view.run(readers)))
+        return self._combine(source, results)
+
+    def _scan_reader(self, leaf):
+        if leaf is None:
+            return self._all_pks_reader()
+        if isinstance(leaf, TextScan):
+            return self._text_reader(leaf)
+        return self._index_reader(leaf)
+
+    def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
+        tree = self.view.tree(scan.tree)
+        pks: list[Any] = []
+        for lo, hi in reversed(scan.ranges) if reverse else scan.ranges:
+            entries = yield from tree.scan_reader(lo, hi, reverse=reverse)
+            pks.extend(unpack(v) for _, v in entries)
+        return pks[skip:] if limit is None else pks[skip : skip + limit]
+
+    def _all_pks_reader(self):
+        """Every primary key, from the smallest ordered index (every record has an entry
+        in each, None included) or else from the records themselves."""
+        ordered = [i for i in self.spec.indexes.values() if i.kind != "text" and len(i.fields) == 1]
+        if ordered:
+            tree = self.view.tree(self.spec.index_tree(ordered[0]))
+            entries = yield from tree.scan_reader()
+            return [unpack(v) for _, v in entries]
+        rows = yield from self.table.scan_reader()
+        return [pk for pk, _ in rows]
+
+    def _text_reader(self, scan: TextScan):
+        terms = sorted({t for group in scan.predicate.groups for t in group})
+        if not terms:
+            return ([], {})
+        tree = self.view.tree(scan.tree)
+        postings: dict[str, dict[Any, tuple[int, int, list[int]]]] = {}
+        for term in terms:
+            prefix = encode_key(term)
+            entries = yield from tree.scan_reader(prefix, key_after(prefix))
+            postings[term] = {}
+            for _, value in entries:
+                pk, tf, doc_len, positions = unpack(value)
+                postings[term][pk] = (tf, doc_len, positions)
+        docs = None
+        for group in scan.predicate.groups:
+            matching = set.intersection(*(set(postings[t]) for t in group))
+            if len(group) > 1:
+                matching = {pk for pk in matching if _phrase_at(postings, group, pk)}
+            docs = matching if docs is None else docs & matching
+        n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
+        avg_len = total_len / n_docs if n_docs else 0.0
+        scores = {}
+        for pk in docs or ():
+            scores[pk] = sum(
+                bm25(postings[t][pk][0], postings[t][pk][1], len(postings[t]), n_docs, avg_len)
+                for t in terms
+            )
+        ranked = sorted(scores, key=lambda pk: (-scores[pk], sort_key(pk)))
+        return (ranked, scores)
+
+    def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
+        if isinstance(source, IndexScan):
+            return results[id(source)], None
+        if isinstance(source, TextScan):
+            return results[id(source)]
+        if isinstance(source, Complement):
+            excluded = set(self._combine(source.part, results)[0])
+            return [pk for pk in results[id(None)] if pk not in excluded], None
+        parts = [self._combine(p, results) for p in source.parts]
+        scores = _merge_scores(s for _, s in parts)
+        if isinstance(source, Intersect):
+            keep = set.intersection(*(set(pks) for pks, _ in parts))
+            base = next((pks for pks, s in parts if s is not None), parts[0][0])
+            return [pk for pk in base if pk in keep], scores
+        assert isinstance(source, Union)
+        seen: dict[Any, None] = {}
+        for pks, _ in parts:
+            seen.update(dict.fromkeys(pks))
+        return sorted(seen, key=sort_key), scores
+
+    # -- records -------------------------------------------------------------------------
+
+    def records(self, pks: list[Any]) -> list[tuple[Any, dict]]:
+        """Fetch records for ``pks`` (one batched walk), in the given order."""
+        if not pks:
+            return []
+        found = self.view.run([self.table.get_many_reader(pks)])[0]
+        return [(pk, found[pk]) for pk in pks if pk in found]
+
+    def index_window(self, scan: IndexScan, skip: int, limit: int | None, reverse: bool):
+        """Primary keys ``[skip:skip+limit]`` of an index scan, read from the index alone.
+
+        One range: a single windowed descent. Several: count each range first, then read
+        only the ranges the window falls in.
+        """
+        tree = self.view.tree(scan.tree)
+        ranges = list(reversed(scan.ranges)) if reverse else scan.ranges
+        if len(ranges) == 1:
+            lo, hi = ranges[0]
+            entries = self.view.run(
+                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse)]
+            )[0]
+            return [unpack(v) for _, v in entries]
+        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges])
+        readers = []
+        remaining = limit
+        for (lo, hi), count in zip(ranges, counts):
+            if skip >= count:
+                skip -= count
+                continue
+            if remaining is not None and remaining <= 0:
+                break
+            readers.append(tree.scan_reader(lo, hi, skip=skip, limit=remaining, reverse=reverse))
+            taken = count - skip if remaining is None else min(count - skip, remaining)
+            skip = 0
+            if remaining is not None:
+                remaining -= taken
+        pks = []
+        for entries in self.view.run(readers):
+            pks.extend(unpack(v) for _, v in entries)
+        return pks
+
+
+def _collect(source, out: list) -> None:
+    if isinstance(source, IndexScan | TextScan):
+        out.append(source)
+    elif isinstance(source, Complement):
+        _collect(source.part, out)
+    else:
+        for part in source.parts:
+            _collect(part, out)
+
+
+def _needs_all(source) -> bool:
+    if isinstance(source, Complement):
+        return True
+    return isinstance(source, Intersect | Union) and any(_needs_all(p) for p in source.parts)
+
+
+def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
+    merged = None
+    for scores in all_scores:
+        if scores is not None:
+            merged = (
+                dict(scores)
+                if merged is None
+                else {
+                    pk: merged.get(pk, 0.0) + scores.get(pk, 0.0) for pk in merged.keys() | scores
+                }
+            )
+    return merged
+
+
+def _phrase_at(postings, group: list[str], pk: Any) -> bool:
+    first = set(postings[group[0]][pk][2])
+    rest = [set(postings[t][pk][2]) for t in group[1:]]
+    return any(all(p + i + 1 in where for i, where in enumerate(rest)) for p in first)
+
+
+def residual_filter(expr: Expr | None, rows: list[tuple[Any, dict]]) -> list[tuple[Any, dict]]:
+    if expr is None:
+        return rows
+    return [(pk, fields) for pk, fields in rows if expr.matches(fields)]

@@ -1,0 +1,374 @@
+"""Query operators of the native API (seed-compatible with ZeroDB's).
+
+Each operator knows two things: how to decide a record in Python (``matches``), and which
+ranges of an ordered index hold exactly the records it matches (``index_ranges``). The two
+must agree, so both compare *encoded* values (``zerodb_core.encoding``): 1 == 1.0, strings
+sort after numbers, and an index scan and a residual check can never disagree.
+
+Missing values follow SQL: ``None`` (or an absent attribute) matches ``Eq(f, None)``,
+``Any(f, [None, ...])`` and ``IsNull(f)``, and no comparison. ``Not`` is plain set
+complement (two-valued); the Django layer adds the ``IS NOT NULL`` terms SQL would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from zerodb_core.encoding import encode_key, key_after
+from zerodb_core.exceptions import QueryError
+from zerodb_core.text import parse_query, tokenize
+
+# A range of encoded keys, half open: [lo, hi), hi None = to the end.
+KeyRange = tuple[bytes, bytes | None]
+
+_NONE_KEY = encode_key(None)
+# Every non-None value sorts at or after this key.
+_AFTER_NONE = key_after(_NONE_KEY)
+
+
+def _key(value: Any) -> bytes | None:
+    """Encode a stored value for comparison; values with no order (lists, dicts) -> None."""
+    if value is None:
+        return None
+    try:
+        return encode_key(value)
+    except QueryError:
+        return None
+
+
+class Expr:
+    """A query expression: combine with ``&``, ``|`` and ``~``."""
+
+    def matches(self, record: dict) -> bool:
+        raise NotImplementedError
+
+    def fields(self) -> set[str]:
+        """Names of the fields this expression reads."""
+        raise NotImplementedError
+
+    def __and__(self, other: Expr) -> Expr:
+        return And(self, other)
+
+    def __or__(self, other: Expr) -> Expr:
+        return Or(self, other)
+
+    def __invert__(self) -> Expr:
+        return Not(self)
+
+
+class Predicate(Expr):
+    """A condition on one field."""
+
+    field: str
+
+    def fields(self) -> set[str]:
+        return {self.field}
+
+    def matches(self, record: dict) -> bool:
+        return self.test(record.get(self.field))
+
+    def test(self, value: Any) -> bool:
+        """Decide one stored value."""
+        raise NotImplementedError
+
+    def index_ranges(self) -> list[KeyRange] | None:
+        """Key ranges of an ordered index on ``field`` holding exactly the matches, in
+        ascending order; None if an ordered index cannot serve this predicate."""
+        return None
+
+    def __repr__(self) -> str:
+        args = ", ".join(repr(v) for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+def _point(key: bytes) -> KeyRange:
+    return (key, key_after(key))
+
+
+class Eq(Predicate):
+    def __init__(self, field: str, value: Any) -> None:
+        self.field = field
+        self.value = value
+        self._k = encode_key(value)
+
+    def test(self, value: Any) -> bool:
+        return (value is None and self.value is None) or _key(value) == self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [_point(self._k)]
+
+
+class IsNull(Predicate):
+    """``IsNull(f)`` matches missing values; ``IsNull(f, False)`` every present one."""
+
+    def __init__(self, field: str, isnull: bool = True) -> None:
+        self.field = field
+        self.isnull = bool(isnull)
+
+    def test(self, value: Any) -> bool:
+        return (value is None) == self.isnull
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [_point(_NONE_KEY)] if self.isnull else [(_AFTER_NONE, None)]
+
+
+class _Bound(Predicate):
+    """Comparison with one bound; subclasses say which side and whether it is included."""
+
+    def __init__(self, field: str, value: Any) -> None:
+        if value is None:
+            raise QueryError(f"{type(self).__name__}({field!r}, None): nothing compares with None")
+        self.field = field
+        self.value = value
+        self._k = encode_key(value)
+
+
+class Lt(_Bound):
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k < self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [(_AFTER_NONE, self._k)]
+
+
+class Le(_Bound):
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k <= self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [(_AFTER_NONE, key_after(self._k))]
+
+
+class Gt(_Bound):
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k > self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [(key_after(self._k), None)]
+
+
+class Ge(_Bound):
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k >= self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [(self._k, None)]
+
+
+class InRange(Predicate):
+    """``start <= value <= end`` (both ends included, as in ZeroDB)."""
+
+    def __init__(self, field: str, start: Any, end: Any) -> None:
+        if start is None or end is None:
+            raise QueryError(f"InRange({field!r}, ...) needs two bounds, not None")
+        self.field = field
+        self.start = start
+        self.end = end
+        self._lo = encode_key(start)
+        self._hi = encode_key(end)
+
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and self._lo <= k <= self._hi
+
+    def index_ranges(self) -> list[KeyRange]:
+        if self._hi < self._lo:
+            return []
+        return [(self._lo, key_after(self._hi))]
+
+
+class NotInRange(InRange):
+    """A present value outside ``[start, end]``."""
+
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and not self._lo <= k <= self._hi
+
+    def index_ranges(self) -> list[KeyRange]:
+        if self._hi < self._lo:
+            return [(_AFTER_NONE, None)]
+        return [(_AFTER_NONE, self._lo), (key_after(self._hi), None)]
+
+
+class NotEq(Eq):
+    """A present value different from ``value``."""
+
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k != self._k
+
+    def index_ranges(self) -> list[KeyRange]:
+        if self.value is None:
+            return [(_AFTER_NONE, None)]
+        return [(_AFTER_NONE, self._k), (key_after(self._k), None)]
+
+
+class Any_(Predicate):
+    """The value is one of ``values`` (SQL ``IN``); exported as ``Any``."""
+
+    def __init__(self, field: str, values: Iterable[Any]) -> None:
+        self.field = field
+        self.values = list(values)
+        self._keys = sorted({encode_key(v) for v in self.values})
+        self._set = frozenset(self._keys)
+
+    def test(self, value: Any) -> bool:
+        if value is None:
+            return _NONE_KEY in self._set
+        return _key(value) in self._set
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [_point(k) for k in self._keys]
+
+
+class NotAny(Any_):
+    """A present value that is none of ``values`` (SQL ``NOT IN`` on non-null values)."""
+
+    def test(self, value: Any) -> bool:
+        k = _key(value)
+        return k is not None and k not in self._set
+
+    def index_ranges(self) -> list[KeyRange]:
+        ranges = []
+        lo = _AFTER_NONE
+        for k in self._keys:
+            if k == _NONE_KEY:
+                continue
+            if lo < k:
+                ranges.append((lo, k))
+            lo = key_after(k)
+        ranges.append((lo, None))
+        return ranges
+
+
+class StartsWith(Predicate):
+    """A string value beginning with ``prefix`` (served by the ordered index)."""
+
+    def __init__(self, field: str, prefix: str) -> None:
+        if not isinstance(prefix, str):
+            raise QueryError(f"StartsWith({field!r}, ...) needs a str prefix")
+        self.field = field
+        self.prefix = prefix
+        # The str encoding ends with a terminator; without it, it is a prefix of the key of
+        # every string that starts with ``prefix``.
+        self._p = encode_key(prefix)[:-1]
+
+    def test(self, value: Any) -> bool:
+        return isinstance(value, str) and value.startswith(self.prefix)
+
+    def index_ranges(self) -> list[KeyRange]:
+        return [(self._p, key_after(self._p))]
+
+
+class Match(Predicate):
+    """Any Python condition on one field; never index-served (evaluated on records)."""
+
+    def __init__(self, field: str, test: Callable[[Any], bool], description: str = "") -> None:
+        self.field = field
+        self._test = test
+        self.description = description or getattr(test, "__name__", "condition")
+
+    def test(self, value: Any) -> bool:
+        return bool(self._test(value))
+
+    def __repr__(self) -> str:
+        return f"Match({self.field!r}, {self.description})"
+
+
+class Contains(Predicate):
+    """Full-text: every word and every "quoted phrase" of ``text`` occurs in the field.
+
+    Served by the field's text index (results ranked by BM25 when nothing else orders
+    them); on a field without one it is evaluated on the records.
+    """
+
+    def __init__(self, field: str, text: str) -> None:
+        if not isinstance(text, str):
+            raise QueryError(f"Contains({field!r}, ...) needs a str")
+        self.field = field
+        self.text = text
+        self.groups = parse_query(text)
+
+    def test(self, value: Any) -> bool:
+        if not isinstance(value, str) or not self.groups:
+            return False
+        tokens = tokenize(value)
+        return all(_has_phrase(tokens, group) for group in self.groups)
+
+
+class DoesNotContain(Contains):
+    """The negation of :class:`Contains` (a missing value does not contain anything)."""
+
+    def test(self, value: Any) -> bool:
+        return not super().test(value)
+
+
+def _has_phrase(tokens: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    first = phrase[0]
+    return any(
+        tokens[i] == first and tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1)
+    )
+
+
+class And(Expr):
+    def __init__(self, *exprs: Expr) -> None:
+        self.exprs = _flatten(And, exprs)
+
+    def matches(self, record: dict) -> bool:
+        return all(e.matches(record) for e in self.exprs)
+
+    def fields(self) -> set[str]:
+        return set().union(*(e.fields() for e in self.exprs))
+
+    def __repr__(self) -> str:
+        return f"And({', '.join(map(repr, self.exprs))})"
+
+
+class Or(Expr):
+    def __init__(self, *exprs: Expr) -> None:
+        self.exprs = _flatten(Or, exprs)
+        if not self.exprs:
+            raise QueryError("Or() needs at least one expression")
+
+    def matches(self, record: dict) -> bool:
+        return any(e.matches(record) for e in self.exprs)
+
+    def fields(self) -> set[str]:
+        return set().union(*(e.fields() for e in self.exprs))
+
+    def __repr__(self) -> str:
+        return f"Or({', '.join(map(repr, self.exprs))})"
+
+
+class Not(Expr):
+    def __init__(self, expr: Expr) -> None:
+        _check(expr)
+        self.expr = expr
+
+    def matches(self, record: dict) -> bool:
+        return not self.expr.matches(record)
+
+    def fields(self) -> set[str]:
+        return self.expr.fields()
+
+    def __repr__(self) -> str:
+        return f"Not({self.expr!r})"
+
+
+def _check(expr: object) -> None:
+    if not isinstance(expr, Expr):
+        raise QueryError(f"not a query expression: {expr!r}")
+
+
+def _flatten(kind: type, exprs: Iterable[Expr]) -> list[Expr]:
+    out: list[Expr] = []
+    for e in exprs:
+        _check(e)
+        out.extend(e.exprs if type(e) is kind else [e])
+    return out

@@ -1,0 +1,189 @@
+"""Lazy query results of the native API.
+
+Nothing is read when a result is made. ``len()`` is answered from index counts whenever
+the plan needs no check on the records; iteration and slicing fetch records in batches,
+and a page ordered by an index is read from that index alone before its records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from zerodb_core.exceptions import QueryError
+from zerodb_core.query.executor import Executor, residual_filter, sort_key
+from zerodb_core.query.operators import Expr
+from zerodb_core.query.planner import IndexScan, Plan, plan
+from zerodb_core.records import Table
+
+if TYPE_CHECKING:
+    from zerodb_core.collection import Collection
+
+# Records fetched per round trip while iterating a large result.
+BATCH = 512
+
+
+class QueryResult:
+    """The objects matching a query, read on demand from one snapshot."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        expr: Expr | None,
+        *,
+        sort_index: str | None = None,
+        reverse: bool = False,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> None:
+        if skip < 0 or (limit is not None and limit < 0):
+            raise QueryError("skip and limit must not be negative")
+        self.collection = collection
+        self.expr = expr
+        self.sort_index = sort_index
+        self.reverse = reverse
+        self.skip = skip
+        self.limit = limit
+        self._executor: Executor | None = None
+        self._plan: Plan | None = None
+        self._count: int | None = None
+        self._rows: list[tuple[Any, dict]] | None = None
+
+    # -- public --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        if self._count is None:
+            if self._rows is not None:
+                self._count = len(self._rows)
+            else:
+                executor, p = self._prepared()
+                total = executor.count(p) if executor is not None else 0
+                if total is None:
+                    self._count = len(self._all_rows())
+                else:
+                    self._count = _window_len(total, self.skip, self.limit)
+        return self._count
+
+    def __iter__(self) -> Iterator[Any]:
+        for pk, fields in self._all_rows():
+            yield self.collection.make(pk, fields)
+
+    def __getitem__(self, item: int | slice) -> Any:
+        if isinstance(item, int):
+            n = item if item >= 0 else len(self) + item
+            rows = self._window(n, 1)
+            if not rows:
+                raise IndexError("query result index out of range")
+            return self.collection.make(*rows[0])
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise QueryError("query results support indexes and slices without step")
+        start, stop, _ = (
+            item.indices(len(self)) if _negative(item) else (item.start or 0, item.stop, 1)
+        )
+        limit = None if stop is None else max(stop - start, 0)
+        return [self.collection.make(pk, f) for pk, f in self._window(start, limit)]
+
+    def explain(self) -> dict[str, Any]:
+        """The plan, the indexes it reads and the estimated number of candidates."""
+        executor, p = self._prepared()
+        if executor is None:
+            return {"plan": "EmptyModel", "indexes": [], "estimated_rows": 0}
+        scans = []
+        _scans(p.source, scans)
+        estimates = executor.estimate_many(scans) if scans else []
+        return {
+            "plan": p.describe(),
+            "indexes": [s.index.name for s in scans],
+            "estimated_rows": min(estimates) if estimates else len(executor.table.records),
+            "sort_index": self.sort_index,
+        }
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _prepared(self) -> tuple[Executor | None, Plan]:
+        if self._plan is None:
+            table: Table | None = self.collection.table()
+            if table is None:  # nothing stored yet: nothing matches
+                self._plan = Plan(None, None)
+                return None, self._plan
+            self._executor = Executor(table)
+            self._plan = self._executor.refine(plan(self.expr, table.spec))
+        return self._executor, self._plan
+
+    def _window(self, start: int, limit: int | None) -> list[tuple[Any, dict]]:
+        """Rows ``[start:start+limit]`` of this result (relative to its own skip/limit)."""
+        if self.limit is not None:
+            available = max(self.limit - start, 0)
+            limit = available if limit is None else min(limit, available)
+        if self._rows is not None:
+            return self._rows[start:] if limit is None else self._rows[start : start + limit]
+        return self._fetch(self.skip + start, limit)
+
+    def _all_rows(self) -> list[tuple[Any, dict]]:
+        if self._rows is None:
+            self._rows = self._fetch(self.skip, self.limit)
+        return self._rows
+
+    def _fetch(self, skip: int, limit: int | None) -> list[tuple[Any, dict]]:
+        executor, p = self._prepared()
+        if executor is None or limit == 0:
+            return []
+        ordered = self._index_order(executor, p)
+        if ordered is not None:
+            pks = executor.index_window(ordered, skip, limit, self.reverse)
+            return executor.records(pks)
+        if p.source is None and p.residual is None and self.sort_index is None:
+            view = executor.view
+            return view.run(
+                [executor.table.scan_reader(skip=skip, limit=limit, reverse=self.reverse)]
+            )[0]
+        rows = self._candidates(executor, p)
+        rows = residual_filter(p.residual, rows)
+        if self.sort_index is not None:
+            field = self.sort_index
+            rows.sort(key=lambda r: (sort_key(r[1].get(field)), sort_key(r[0])))
+        if self.reverse:
+            rows.reverse()
+        return rows[skip:] if limit is None else rows[skip : skip + limit]
+
+    def _index_order(self, executor: Executor, p: Plan) -> IndexScan | None:
+        """An index scan that yields the wanted page in order by itself, if there is one."""
+        if p.residual is not None:
+            return None
+        spec = executor.spec
+        if self.sort_index is None:
+            return p.source if isinstance(p.source, IndexScan) else None
+        index = spec.ordered_index_for(self.sort_index)
+        if index is None:
+            return None
+        if p.source is None:
+            return IndexScan(index, spec.index_tree(index), [(b"", None)], None)
+        if isinstance(p.source, IndexScan) and p.source.index == index:
+            return p.source
+        return None
+
+    def _candidates(self, executor: Executor, p: Plan):
+        if p.source is None:
+            return executor.view.run([executor.table.scan_reader()])[0]
+        pks, _ = executor.primary_keys(p.source)  # in rank order when a text scan ranks
+        rows = []
+        for n in range(0, len(pks), BATCH * 8):
+            rows.extend(executor.records(pks[n : n + BATCH * 8]))
+        return rows
+
+
+def _window_len(total: int, skip: int, limit: int | None) -> int:
+    n = max(total - skip, 0)
+    return n if limit is None else min(n, limit)
+
+
+def _negative(item: slice) -> bool:
+    return (item.start is not None and item.start < 0) or (item.stop is not None and item.stop < 0)
+
+
+def _scans(source, out: list) -> None:
+    if isinstance(source, IndexScan):
+        out.append(source)
+    elif source is not None:
+        for part in getattr(source, "parts", [getattr(source, "part", None)]):
+            _scans(part, out)

@@ -1,0 +1,86 @@
+"""The root record: the one mutable thing of a database.
+
+Its plaintext names every tree root, the catalog and the text-index statistics, plus
+``seq`` and the digest of the previous root so a client can tell a rollback or a fork
+(see :mod:`zerodb_core.freshness`). It is sealed like every blob, with ``seq`` as its blob
+id, so the server cannot serve an old root under a new sequence number.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerodb_core.btree import TreeRef
+from zerodb_core.exceptions import IntegrityError
+from zerodb_core.schema import Catalog
+
+ROOT_FORMAT = 1
+
+
+def root_blob_id(seq: int) -> bytes:
+    """The blob id a root is sealed under: its sequence number."""
+    return seq.to_bytes(16, "big")
+
+
+@dataclass(frozen=True, slots=True)
+class RootState:
+    """An opened, verified root: what a snapshot reads from."""
+
+    seq: int
+    digest: bytes | None
+    refs: dict[str, TreeRef] = field(default_factory=dict)
+    catalog: Catalog = field(default_factory=Catalog)
+    text_stats: dict[str, tuple[int, int]] = field(default_factory=dict)
+    time: float = 0.0
+
+
+EMPTY_STATE = RootState(0, None)
+
+
+def build_payload(
+    seq: int,
+    prev_digest: bytes | None,
+    refs: dict[str, TreeRef],
+    catalog: Catalog,
+    text_stats: dict[str, tuple[int, int]],
+) -> dict[str, Any]:
+    """Return the plaintext of a new root (empty trees are left out)."""
+    return {
+        "v": ROOT_FORMAT,
+        "seq": seq,
+        "prev": prev_digest,
+        "time": time.time(),
+        "trees": {name: ref.to_payload() for name, ref in refs.items() if ref.root is not None},
+        "catalog": catalog.to_payload(),
+        "text": {name: list(v) for name, v in text_stats.items() if v[0]},
+    }
+
+
+def parse_payload(payload: Any, seq: int, digest: bytes) -> tuple[RootState, bytes | None]:
+    """Check and unpack a root plaintext; return the state and the previous root's digest."""
+    try:
+        if payload["v"] != ROOT_FORMAT or payload["seq"] != seq:
+            raise IntegrityError(f"root record does not describe seq {seq}")
+        prev = payload["prev"]
+        if prev is not None and type(prev) is not bytes:
+            raise TypeError
+        refs = {str(name): TreeRef.from_payload(ref) for name, ref in payload["trees"].items()}
+        text = {}
+        for name, value in payload["text"].items():
+            docs, total = value
+            if type(docs) is not int or type(total) is not int:
+                raise TypeError
+            text[str(name)] = (docs, total)
+        state = RootState(
+            seq,
+            digest,
+            refs,
+            Catalog.from_payload(payload["catalog"]),
+            text,
+            float(payload["time"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise IntegrityError("malformed root record") from None
+    return state, prev

@@ -1,0 +1,226 @@
+"""Snapshots and transactions.
+
+A :class:`View` is a consistent snapshot: one verified root, the trees it names, and a
+workspace for the nodes read through it. A :class:`Transaction` is a view that can also
+write. Writes are *logical operations* (:class:`WriteOp`): applied at once, so the
+transaction reads its own writes, and kept in order, so that when a commit meets a
+concurrent one the transaction can be replayed on the newer root (rebase) instead of
+failing. Replaying re-checks unique indexes against the newer data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from zerodb_core.btree import NODE_MAX_BYTES, BTree, Workspace, new_id
+from zerodb_core.exceptions import NotSupportedError, QueryError
+from zerodb_core.records import Table
+from zerodb_core.rootstate import RootState
+from zerodb_core.schema import ModelSpec
+
+if TYPE_CHECKING:
+    from zerodb_core.btree import NodeSource, Reader
+
+
+class View:
+    """A read-only snapshot of one database."""
+
+    def __init__(
+        self, source: NodeSource, root: RootState, *, node_bytes: int = NODE_MAX_BYTES
+    ) -> None:
+        self.source = source
+        self.node_bytes = node_bytes
+        self._reset(root)
+
+    def _reset(self, root: RootState) -> None:
+        self.root = root
+        self.ws = Workspace(self.source)
+        self.refs = dict(root.refs)
+        self.catalog = root.catalog
+        self.text_stats = dict(root.text_stats)
+
+    def tree(self, name: str) -> BTree:
+        return BTree(self.ws, self.refs, name, max_bytes=self.node_bytes)
+
+    def run(self, readers: list[Reader]) -> list[Any]:
+        """Run read coroutines in lockstep: one batched fetch per step."""
+        return self.ws.run(readers)
+
+    def table(self, model: str) -> Table | None:
+        """The records of ``model``, or None if the catalog does not know it."""
+        spec = self.catalog.get(model)
+        return Table(self, spec) if spec is not None else None
+
+    def new_id(self) -> bytes:
+        return new_id()
+
+    # Writes below are only reachable through a Transaction's operations.
+
+    def retire_blob(self, blob_id: bytes) -> None:
+        if blob_id not in self.ws.dirty:
+            self.ws.garbage.append(blob_id)
+
+    def add_text_stats(self, tree: str, docs: int, length: int) -> None:
+        old_docs, old_length = self.text_stats.get(tree, (0, 0))
+        self.text_stats[tree] = (old_docs + docs, old_length + length)
+
+
+class WriteOp:
+    """A logical write: what to do, replayable on any newer snapshot."""
+
+    def apply(self, txn: Transaction) -> Any:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class PutRecords(WriteOp):
+    """Insert or replace records ``[(pk, fields), ...]`` of one model."""
+
+    model: str
+    rows: list
+
+    def apply(self, txn: Transaction) -> Any:
+        return txn.writable_table(self.model).put_many(self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecord(WriteOp):
+    model: str
+    pk: Any
+
+    def apply(self, txn: Transaction) -> Any:
+        table = txn.table(self.model)
+        return table.delete(self.pk) if table is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureModel(WriteOp):
+    """Add the model to the catalog if needed, and any index it lacks (built from the
+    records already there). Indexes the catalog has and ``spec`` lacks are kept."""
+
+    spec: ModelSpec
+
+    def apply(self, txn: Transaction) -> Any:
+        current = txn.catalog.get(self.spec.name) or ModelSpec(self.spec.name)
+        added = 0
+        for index in self.spec.indexes.values():
+            known = current.indexes.get(index.name)
+            if known == index:
+                continue
+            if known is not None:
+                raise NotSupportedError(
+                    f"index {self.spec.name}.{index.name} changed from {known.kind} on "
+                    f"{known.fields} to {index.kind} on {index.fields}; drop it first "
+                    "(DropIndex) and add it under the new definition"
+                )
+            current = current.with_index(index)
+            txn.catalog = txn.catalog.with_model(current)
+            added += Table(txn, current).build_index(index)
+        if txn.catalog.get(self.spec.name) is None:
+            txn.catalog = txn.catalog.with_model(current)
+        return added
+
+
+@dataclass(frozen=True, slots=True)
+class DropIndex(WriteOp):
+    model: str
+    index: str
+
+    def apply(self, txn: Transaction) -> Any:
+        spec = txn.catalog.get(self.model)
+        if spec is None or self.index not in spec.indexes:
+            return None
+        index = spec.indexes[self.index]
+        txn.drop_tree(spec.index_tree(index))
+        txn.text_stats.pop(spec.index_tree(index), None)
+        txn.catalog = txn.catalog.with_model(spec.without_index(self.index))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    refs: dict
+    catalog: Any
+    text_stats: dict
+    marker: int
+    ops: int
+
+
+class Transaction(View):
+    """A snapshot that writes: ops are applied now and replayed on rebase."""
+
+    def __init__(
+        self, source: NodeSource, root: RootState, *, node_bytes: int = NODE_MAX_BYTES
+    ) -> None:
+        super().__init__(source, root, node_bytes=node_bytes)
+        self.ops: list[WriteOp] = []
+        # Objects read or added in this transaction, with the fields they had: changed
+        # ones are saved at commit (as ZeroDB's persistent objects were).
+        self.loaded: dict[int, tuple[Any, dict]] = {}
+
+    def apply(self, op: WriteOp) -> Any:
+        result = op.apply(self)
+        self.ops.append(op)
+        return result
+
+    def writable_table(self, model: str) -> Table:
+        table = self.table(model)
+        if table is None:
+            raise QueryError(f"model {model!r} is not in the catalog of this database")
+        return table
+
+    def drop_tree(self, name: str) -> None:
+        """Forget a whole tree, every persisted node of it becoming garbage."""
+        tree = self.tree(name)
+        if tree.ref.root is None:
+            return
+        ids = self.run([_all_node_ids(tree, records=name.startswith("r/"))])[0]
+        for blob_id in ids:
+            self.retire_blob(blob_id)
+        self.refs.pop(name, None)
+
+    def savepoint(self) -> Savepoint:
+        """Capture the state in O(number of trees): trees are copy-on-write."""
+        return Savepoint(
+            dict(self.refs), self.catalog, dict(self.text_stats), self.ws.mark(), len(self.ops)
+        )
+
+    def rollback_to(self, sp: Savepoint) -> None:
+        self.refs.clear()
+        self.refs.update(sp.refs)
+        self.catalog = sp.catalog
+        self.text_stats = dict(sp.text_stats)
+        self.ws.rollback_to(sp.marker)
+        del self.ops[sp.ops :]
+
+    def rebase(self, root: RootState) -> None:
+        """Replay this transaction's operations on a newer root."""
+        ops = self.ops
+        self._reset(root)
+        self.ops = []
+        for op in ops:
+            self.apply(op)
+
+
+def _all_node_ids(tree: BTree, *, records: bool):
+    """Reader returning the ids of every node (and, of a record tree, every spilled
+    record) of a tree."""
+    from zerodb_core.records import spilled_ids
+
+    ref = tree.ref
+    ids: list[bytes] = []
+    level = [ref.root]
+    for _ in range(ref.height):
+        nodes = yield level
+        ids.extend(level)
+        nxt = []
+        for node_id in level:
+            node = nodes[node_id]
+            if node.is_leaf:
+                if records:
+                    ids.extend(spilled_ids(node))
+            else:
+                nxt.extend(node.children)
+        level = nxt
+    return ids
