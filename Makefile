@@ -4,7 +4,7 @@
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
-SOURCES   := zerodb_core blob_server django_zerodb example_project tests bench
+SOURCES   := $(wildcard zerodb_core blob_server django_zerodb example_project tests bench)
 
 .PHONY: demo test lint format bench fuzz clean help
 

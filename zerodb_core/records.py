@@ -64,7 +64,7 @@ def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dic
         return text_entries(index, pk, pk_key, fields)[0]
     values = [fields.get(name) for name in index.fields]
     try:
-        key = b"".join(encode_key(v) for v in values)
+        key = encode_key(values[0]) if len(values) == 1 else b"".join(map(encode_key, values))
     except QueryError as exc:
         raise QueryError(f"index {index.name!r} cannot hold this value: {exc}") from None
     # A unique index lets NULLs repeat (as SQL does): they keep the pk in the key.
@@ -85,9 +85,13 @@ def text_entries(
     if not isinstance(text, str):
         return {}, 0
     tokens = tokenize(text)
-    positions: dict[str, list[int]] = defaultdict(list)
+    positions: dict[str, list[int]] = {}
     for position, term in enumerate(tokens):
-        positions[term].append(position)
+        where = positions.get(term)
+        if where is None:
+            positions[term] = [position]
+        else:
+            where.append(position)
     doc_len = len(tokens)
     entries = {
         encode_key(term) + pk_key: pack([pk, len(where), doc_len, where])
@@ -164,24 +168,32 @@ class Table:
             index: ([], []) for index in self.spec.indexes.values()
         }
         probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]] = defaultdict(dict)
+        text_stats: dict[IndexSpec, list[int]] = {}
         for (pk, fields), pk_key, old in zip(rows, pk_keys, olds):
             for index, (removed, added) in changes.items():
                 if index.kind == TEXT:
                     new, length = text_entries(index, pk, pk_key, fields)
                     before, old_length = text_entries(index, pk, pk_key, old)
-                    docs = _has_text(index, fields) - _has_text(index, old)
-                    self.view.add_text_stats(self.spec.index_tree(index), docs, length - old_length)
+                    stats = text_stats.setdefault(index, [0, 0])
+                    stats[0] += _has_text(index, fields) - _has_text(index, old)
+                    stats[1] += length - old_length
                 else:
                     new = index_entries(index, pk, pk_key, fields)
-                    before = index_entries(index, pk, pk_key, old) if old is not None else {}
-                removed.extend(k for k in before if k not in new)
-                added.extend((k, v) for k, v in new.items() if before.get(k) != v)
+                    before = index_entries(index, pk, pk_key, old) if old is not None else None
+                if not before:  # a new record: every entry is added
+                    added.extend(new.items())
+                else:
+                    removed.extend(k for k in before if k not in new)
+                    added.extend((k, v) for k, v in new.items() if before.get(k) != v)
                 if index.kind == UNIQUE:
+                    before = before or {}
                     for key in new.keys() - before.keys():
                         if key in probes[index]:
                             raise _violation(self.spec, index, fields)
                         probes[index][key] = (pk, fields)
         self._check_unique(probes)
+        for index, (docs, length) in text_stats.items():
+            self.view.add_text_stats(self.spec.index_tree(index), docs, length)
         records = []
         for (pk, fields), pk_key in zip(rows, pk_keys):
             data = pack([pk, fields])

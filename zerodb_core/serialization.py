@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import struct
+import threading
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -168,11 +169,19 @@ def _bigints(obj: Any) -> Any:
     return obj
 
 
+_local = threading.local()
+
+
 def pack(obj: Any) -> bytes:
     """Return the msgpack bytes of ``obj``; raise ``QueryError`` for an unsupported type."""
+    # One packer per thread: building a Packer costs more than packing a small value.
+    # Nested values packed from ``_default`` use a fresh one, so reuse is re-entrant.
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = _packer()
     try:
         try:
-            return _packer().pack(obj)
+            return packer.pack(obj)
         except OverflowError:
             # An int beyond 64 bits somewhere: msgpack refuses it before calling _default.
             return _packer().pack(_bigints(obj))

@@ -61,6 +61,11 @@ ops_st = st.lists(
         st.tuples(st.just("put"), keys_st, st.binary(max_size=20)),
         st.tuples(st.just("del"), keys_st, st.none()),
         st.tuples(st.just("commit"), st.none(), st.none()),
+        st.tuples(
+            st.just("batch"),
+            st.dictionaries(keys_st, st.binary(max_size=20), max_size=40),
+            st.none(),
+        ),
     ),
     max_size=300,
 )
@@ -77,6 +82,9 @@ def test_tree_matches_sorted_dict(ops, probes):
             model[key] = value
         elif op == "del":
             assert tree.delete(key) == model.pop(key, None)
+        elif op == "batch":
+            tree.put_many(sorted(key.items()))
+            model.update(key)
         else:
             ws = persist(ws, refs, source)
             tree = BTree(ws, refs, "t", max_bytes=300)

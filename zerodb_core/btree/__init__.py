@@ -7,6 +7,7 @@ from zerodb_core.btree.workspace import (
     NodeSource,
     Reader,
     Workspace,
+    gather,
     new_id,
     reachable_dirty,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "Reader",
     "TreeRef",
     "Workspace",
+    "gather",
     "new_id",
     "node_from_payload",
     "reachable_dirty",

@@ -96,42 +96,65 @@ class Workspace:
 
     def run(self, readers: Sequence[Reader]) -> list[Any]:
         """Drive the readers in lockstep, one batched fetch per step; return their results."""
-        results: list[Any] = [None] * len(readers)
-        active: list[tuple[int, Reader, list[bytes]]] = []
-        for index, reader in enumerate(readers):
-            self._advance(index, reader, None, results, active)
-        while active:
-            wanted: dict[BlobRequest, Any] = {}
-            missing: list[BlobRequest] = []
-            for _, _, requests in active:
-                for request in requests:
-                    if request in wanted:
-                        continue
-                    blob_id = request if request.__class__ is bytes else request[0]
-                    obj = self.dirty.get(blob_id)
-                    if obj is None:
-                        obj = self.source.lookup(blob_id)
-                    if obj is None:
-                        missing.append(request)
-                    wanted[request] = obj
-            if missing:
-                wanted.update(self.source.fetch(missing))
-            step, active = active, []
-            for index, reader, ids in step:
-                self._advance(index, reader, {i: wanted[i] for i in ids}, results, active)
-        return results
-
-    @staticmethod
-    def _advance(index, reader, answer, results, active) -> None:
+        reader = gather(readers)
+        answer = None
         try:
-            ids = reader.send(answer) if answer is not None else next(reader)
+            while True:
+                requests = reader.send(answer) if answer is not None else next(reader)
+                answer = self._resolve(requests)
+        except StopIteration as stop:
+            return stop.value
+
+    def _resolve(self, requests: list[BlobRequest]) -> dict[BlobRequest, Any]:
+        """Answer requests from dirty nodes and the cache, fetching the rest at once."""
+        answer: dict[BlobRequest, Any] = {}
+        missing: list[BlobRequest] = []
+        dirty, lookup = self.dirty, self.source.lookup
+        for request in requests:
+            blob_id = request if request.__class__ is bytes else request[0]
+            obj = dirty.get(blob_id)
+            if obj is None:
+                obj = lookup(blob_id)
+                if obj is None:
+                    missing.append(request)
+                    continue
+            answer[request] = obj
+        if missing:
+            answer.update(self.source.fetch(missing))
+        return answer
+
+
+def gather(readers: Sequence[Reader]) -> Reader:
+    """One reader made of several: each step asks for everything any of them needs now.
+
+    Readers use it to walk several trees or ranges at once (``yield from gather(...)``);
+    ``Workspace.run`` uses it to batch independent readers.
+    """
+    results: list[Any] = [None] * len(readers)
+    waiting: list[tuple[int, Reader, list[BlobRequest]]] = []
+    for index, reader in enumerate(readers):
+        _step(index, reader, None, results, waiting)
+    while waiting:
+        merged = list(dict.fromkeys(r for _, _, requests in waiting for r in requests))
+        answer = yield merged
+        step, waiting = waiting, []
+        for index, reader, requests in step:
+            _step(index, reader, {r: answer[r] for r in requests}, results, waiting)
+    return results
+
+
+def _step(index, reader, answer, results, waiting) -> None:
+    """Advance one reader until it asks for something (or finishes)."""
+    while True:
+        try:
+            requests = reader.send(answer) if answer is not None else next(reader)
         except StopIteration as stop:
             results[index] = stop.value
             return
-        if ids:
-            active.append((index, reader, ids))
-        else:  # a reader that needs nothing this step is answered at once
-            Workspace._advance(index, reader, {}, results, active)
+        if requests:
+            waiting.append((index, reader, requests))
+            return
+        answer = {}  # a reader that needs nothing this step is answered at once
 
 
 def _copy_node(node: Node, node_id: bytes, gen: int) -> Node:

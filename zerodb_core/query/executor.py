@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from zerodb_core.btree import gather
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.operators import And, Expr
@@ -123,10 +124,9 @@ class Executor:
 
     def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
         tree = self.view.tree(scan.tree)
-        pks: list[Any] = []
-        for lo, hi in reversed(scan.ranges) if reverse else scan.ranges:
-            entries = yield from tree.scan_reader(lo, hi, reverse=reverse)
-            pks.extend(unpack(v) for _, v in entries)
+        ranges = reversed(scan.ranges) if reverse else scan.ranges
+        scans = yield from gather([tree.scan_reader(lo, hi, reverse=reverse) for lo, hi in ranges])
+        pks = [unpack(v) for entries in scans for _, v in entries]
         return pks[skip:] if limit is None else pks[skip : skip + limit]
 
     def _all_pks_reader(self):
@@ -145,10 +145,10 @@ class Executor:
         if not terms:
             return ([], {})
         tree = self.view.tree(scan.tree)
+        prefixes = [encode_key(term) for term in terms]
+        scans = yield from gather([tree.scan_reader(p, key_after(p)) for p in prefixes])
         postings: dict[str, dict[Any, tuple[int, int, list[int]]]] = {}
-        for term in terms:
-            prefix = encode_key(term)
-            entries = yield from tree.scan_reader(prefix, key_after(prefix))
+        for term, entries in zip(terms, scans):
             postings[term] = {}
             for _, value in entries:
                 pk, tf, doc_len, positions = unpack(value)

@@ -53,8 +53,10 @@ class QueryResult:
 
     def __len__(self) -> int:
         if self._count is None:
-            if self._rows is not None:
-                self._count = len(self._rows)
+            if self._rows is not None or (self.limit is not None and self.limit <= BATCH):
+                # A small page costs no more to read than to count, and ``list(result)``
+                # asks for the length before it iterates: read it once.
+                self._count = len(self._all_rows())
             else:
                 executor, p = self._prepared()
                 total = executor.count(p) if executor is not None else 0
@@ -137,8 +139,14 @@ class QueryResult:
             return view.run(
                 [executor.table.scan_reader(skip=skip, limit=limit, reverse=self.reverse)]
             )[0]
-        rows = self._candidates(executor, p)
-        rows = residual_filter(p.residual, rows)
+        if p.source is not None and p.residual is None and self.sort_index is None:
+            # Exact candidates in their own order (index, rank or key order): page the
+            # keys, then read only the records of the page.
+            pks = executor.primary_keys(p.source)[0]
+            if self.reverse:
+                pks.reverse()
+            return executor.records(pks[skip:] if limit is None else pks[skip : skip + limit])
+        rows = residual_filter(p.residual, self._candidates(executor, p))
         if self.sort_index is not None:
             field = self.sort_index
             rows.sort(key=lambda r: (sort_key(r[1].get(field)), sort_key(r[0])))
