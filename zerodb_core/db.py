@@ -165,12 +165,17 @@ class DB:
         finally:
             stack.pop()
 
-    def _write(self, op) -> Any:
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Transaction]:
+        """The running transaction (no savepoint: each write is all-or-nothing by itself,
+        and a savepoint per call would make the next write copy the nodes it touches),
+        or else a transaction of its own that commits at once."""
         stack = self._txn_stack
         if stack:
-            return stack[0][0].apply(op)
+            yield stack[0][0]
+            return
         with self.transaction() as txn:
-            return txn.apply(op)
+            yield txn
 
     # -- the native API --------------------------------------------------------------------
 
@@ -186,21 +191,29 @@ class DB:
             if not isinstance(obj, Model):
                 raise QueryError(f"db.add() takes Model instances, not {obj!r}")
             by_model.setdefault(type(obj), {})
-        with self.transaction() as txn:
-            for obj in objs:
-                if obj.pk is None:
-                    obj.pk = self.allocate_id(type(obj).zerodb_name)
-                by_model[type(obj)][obj.pk] = obj  # the same object twice: saved once
-            for model, batch in by_model.items():
-                self._ensure_model(txn, model)
-                rows = [(pk, obj.to_record()) for pk, obj in batch.items()]
-                txn.apply(PutRecords(model.zerodb_name, rows))
-                for (_, fields), obj in zip(rows, batch.values()):
-                    txn.loaded[id(obj)] = (obj, fields)
+        # One model's batch is all-or-nothing by itself; several need a savepoint.
+        scope = self.transaction() if len(by_model) > 1 else self._writing()
+        fresh = [obj for obj in objs if obj.pk is None]
+        try:
+            with scope as txn:
+                for obj in objs:
+                    if obj.pk is None:
+                        obj.pk = self.allocate_id(type(obj).zerodb_name)
+                    by_model[type(obj)][obj.pk] = obj  # the same object twice: saved once
+                for model, batch in by_model.items():
+                    self._ensure_model(txn, model)
+                    rows = [(pk, obj.to_record()) for pk, obj in batch.items()]
+                    txn.apply(PutRecords(model.zerodb_name, rows))
+                    for (_, fields), obj in zip(rows, batch.values()):
+                        txn.loaded[id(obj)] = (obj, fields)
+        except BaseException:
+            for obj in fresh:  # not stored: leave them as they came
+                obj.pk = None
+            raise
 
     def remove(self, *objs: Model) -> None:
         """Delete objects (or every object of query results passed in)."""
-        with self.transaction() as txn:
+        with self._writing() as txn:
             for item in objs:
                 for obj in item if not isinstance(item, Model) else [item]:
                     txn.apply(DeleteRecord(type(obj).zerodb_name, obj.pk))

@@ -147,3 +147,16 @@ def test_sqlite_store_persists_across_processes_of_the_api(make_db, tmp_path):
     first.close()
     again = make_db(url)
     assert len(again[Employee].query(name="John")) == 2
+
+
+def test_failed_add_leaves_no_trace(db):
+    db.add(Account(email="taken"))
+    with db.transaction():
+        fresh = Employee(name="Eve")
+        dup = Account(email="taken")
+        with pytest.raises(UniqueViolation):
+            db.add(fresh, dup)  # two models: all or nothing, even inside a transaction
+        assert fresh.pk is None and dup.pk is None
+        db.add(Account(email="other"))
+    assert len(db[Employee].query(name="Eve")) == 0
+    assert {a.email for a in db[Account].all()} == {"taken", "other"}
