@@ -7,7 +7,7 @@ import pytest
 from blob_server.storage.memory import MemoryStorage
 from tests.core.hr import Account, Employee
 from zerodb_core import DoesNotExist, NotSupportedError, QueryError, UniqueViolation
-from zerodb_core.query import Contains, Gt, InRange
+from zerodb_core.query import Contains, Eq, Gt, InRange
 
 STORES = ["memory://", "sqlite:///{tmp}/hr.zdb"]
 
@@ -160,3 +160,23 @@ def test_failed_add_leaves_no_trace(db):
         db.add(Account(email="other"))
     assert len(db[Employee].query(name="Eve")) == 0
     assert {a.email for a in db[Account].all()} == {"taken", "other"}
+
+
+def test_large_results_stream_in_batches(make_db):
+    storage = MemoryStorage()
+    writer = make_db(storage)
+    writer.add(*(Employee(name=f"n{i % 7}", salary=i) for i in range(1500)))
+    db = make_db(storage)  # a cold cache: every batch must be read from the store
+    query = db[Employee].query(Gt("salary", 99), sort_index="salary")
+    stream = iter(query)
+    first = next(stream)
+    before = db.stats()
+    rest = list(stream)
+    after = db.stats()
+    assert [first.salary] + [e.salary for e in rest] == list(range(100, 1500))
+    # 1,400 results in batches of 512: the first batch did not read everything, and
+    # each further batch cost its own round trip.
+    assert after["round_trips"] - before["round_trips"] >= 2
+    assert after["bytes_received"] > before["bytes_received"]
+    filtered = db[Employee].query(Gt("salary", 99), Eq("name", "n3"), sort_index="salary")
+    assert [e.salary for e in filtered] == [s for s in range(100, 1500) if s % 7 == 3]

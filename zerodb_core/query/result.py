@@ -48,6 +48,10 @@ class QueryResult:
         self._plan: Plan | None = None
         self._count: int | None = None
         self._rows: list[tuple[Any, dict]] | None = None
+        # Kept between batches of one iteration: the ordered candidate keys, or the
+        # filtered and sorted rows, of this result's snapshot.
+        self._keys: list[Any] | None = None
+        self._matches: list[tuple[Any, dict]] | None = None
 
     # -- public --------------------------------------------------------------------------
 
@@ -67,8 +71,21 @@ class QueryResult:
         return self._count
 
     def __iter__(self) -> Iterator[Any]:
-        for pk, fields in self._all_rows():
-            yield self.collection.make(pk, fields)
+        if self._rows is not None or (self.limit is not None and self.limit <= BATCH):
+            for pk, fields in self._all_rows():
+                yield self.collection.make(pk, fields)
+            return
+        # A large result streams: one batch of records per round trip (after the first
+        # batch, the index part of the plan is answered from memory).
+        done = 0
+        while self.limit is None or done < self.limit:
+            want = BATCH if self.limit is None else min(BATCH, self.limit - done)
+            rows = self._fetch(self.skip + done, want)
+            for pk, fields in rows:
+                yield self.collection.make(pk, fields)
+            if len(rows) < want:
+                return
+            done += len(rows)
 
     def __getitem__(self, item: int | slice) -> Any:
         if isinstance(item, int):
@@ -142,16 +159,21 @@ class QueryResult:
         if p.source is not None and p.residual is None and self.sort_index is None:
             # Exact candidates in their own order (index, rank or key order): page the
             # keys, then read only the records of the page.
-            pks = executor.primary_keys(p.source)[0]
+            if self._keys is None:
+                self._keys = executor.primary_keys(p.source)[0]
+                if self.reverse:
+                    self._keys.reverse()
+            pks = self._keys[skip:] if limit is None else self._keys[skip : skip + limit]
+            return executor.records(pks)
+        if self._matches is None:
+            rows = residual_filter(p.residual, self._candidates(executor, p))
+            if self.sort_index is not None:
+                field = self.sort_index
+                rows.sort(key=lambda r: (sort_key(r[1].get(field)), sort_key(r[0])))
             if self.reverse:
-                pks.reverse()
-            return executor.records(pks[skip:] if limit is None else pks[skip : skip + limit])
-        rows = residual_filter(p.residual, self._candidates(executor, p))
-        if self.sort_index is not None:
-            field = self.sort_index
-            rows.sort(key=lambda r: (sort_key(r[1].get(field)), sort_key(r[0])))
-        if self.reverse:
-            rows.reverse()
+                rows.reverse()
+            self._matches = rows
+        rows = self._matches
         return rows[skip:] if limit is None else rows[skip : skip + limit]
 
     def _index_order(self, executor: Executor, p: Plan) -> IndexScan | None:
