@@ -84,7 +84,7 @@ class Model:
 
     def to_record(self) -> dict[str, Any]:
         """The stored fields: every public attribute except ``pk``."""
-        return {k: v for k, v in self.__dict__.items() if k != "pk" and not k.startswith("_")}
+        return {k: v for k, v in self.__dict__.items() if k[:1] != "_" and k != "pk"}
 
     @classmethod
     def from_record(cls, pk: Any, fields: dict[str, Any]) -> Model:

@@ -176,8 +176,9 @@ def pack(obj: Any) -> bytes:
     """Return the msgpack bytes of ``obj``; raise ``QueryError`` for an unsupported type."""
     # One packer per thread: building a Packer costs more than packing a small value.
     # Nested values packed from ``_default`` use a fresh one, so reuse is re-entrant.
-    packer = getattr(_local, "packer", None)
-    if packer is None:
+    try:
+        packer = _local.packer
+    except AttributeError:
         packer = _local.packer = _packer()
     try:
         try:

@@ -135,23 +135,27 @@ class BTree:
             keys, values = leaf.keys, leaf.values
             delta = 0
             pos = 0
+            count = len(keys)
+            size = leaf.size
             max_bytes = self.max_bytes
             while i < n:
                 key, value = items[i]
                 if hi is not None and key >= hi:
                     break
                 pos = bisect_left(keys, key, pos)
-                if pos < len(keys) and keys[pos] == key:
-                    leaf.size += len(value) - len(values[pos])
+                if pos < count and keys[pos] == key:
+                    size += len(value) - len(values[pos])
                     values[pos] = value
                 else:
                     keys.insert(pos, key)
                     values.insert(pos, value)
-                    leaf.size += len(key) + len(value) + ENTRY_OVERHEAD
+                    size += len(key) + len(value) + ENTRY_OVERHEAD
+                    count += 1
                     delta += 1
                 i += 1
-                if leaf.size > max_bytes:
+                if size > max_bytes:
                     break  # split now; the rest goes in by a new descent
+            leaf.size = size
             rightmost = hi is None and pos == len(keys) - 1
             self._grow(path, leaf, delta, rightmost)
 
