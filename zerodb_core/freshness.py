@@ -8,9 +8,12 @@ in trusted storage of its own, and refuses anything that contradicts it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from zerodb_core.exceptions import FreshnessError
@@ -29,10 +32,16 @@ class FreshnessTracker:
     def save(self, seen: dict[str, tuple[int, bytes | None]]) -> None:
         self._seen = seen
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the tracker against other threads (and, for a file, other processes)."""
+        with self._lock:
+            yield
+
     def check(self, database: str, seq: int, digest: bytes | None, prev: bytes | None) -> None:
         """Accept the root ``(seq, digest)`` whose predecessor has digest ``prev``, or raise
         :class:`FreshnessError`; remember it when it is newer than what was seen."""
-        with self._lock:
+        with self._exclusive():
             seen = self.load()
             known = seen.get(database)
             if known is not None:
@@ -69,6 +78,18 @@ class FileFreshnessTracker(FreshnessTracker):
         super().__init__()
         self.path = Path(path)
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        # Two processes on one store must not overwrite a newer seq with an older one:
+        # read-compare-write happens under an advisory lock on a file beside it.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def load(self) -> dict[str, tuple[int, bytes | None]]:
         try:
             raw = json.loads(self.path.read_text())
@@ -90,7 +111,6 @@ class FileFreshnessTracker(FreshnessTracker):
             for db, (seq, digest) in seen.items()
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as f:
             json.dump(data, f)
             f.flush()
