@@ -38,7 +38,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(SOURCES)
 
 test: $(STAMP) lint
-	$(PY) -m pytest -m "not slow" -n 2 -q
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
 	$(PY) -m bench.native_load

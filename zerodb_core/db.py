@@ -20,7 +20,7 @@ from zerodb_core.blobsource import BlobSource
 from zerodb_core.btree import CLEAN, NODE_MAX_BYTES, reachable_dirty
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
-from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest
+from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
 from zerodb_core.exceptions import (
     ConflictError,
     IntegrityError,
@@ -91,17 +91,18 @@ class DB:
     # -- opening -------------------------------------------------------------------------
 
     def _unlock(self, username: str, password: str | bytes, kdf: str) -> Keyring:
-        sealed = self.transport.get_keyring(self.database, username)
         tenant = getattr(self.transport, "tenant", "local")
+        slot = slot_name(tenant, self.database, username)
         where = {"tenant": tenant, "database": self.database, "name": username}
+        sealed = self.transport.get_keyring(self.database, slot)
         if sealed is not None:
             return Keyring.open(sealed, password, **where)
         keyring = Keyring.create()
         blob = keyring.seal(password, kdf=kdf, **where)
-        if self.transport.put_keyring(self.database, username, blob, expected=None):
+        if self.transport.put_keyring(self.database, slot, blob, expected=None):
             return keyring
         # Someone created it meanwhile: use theirs.
-        return Keyring.open(self.transport.get_keyring(self.database, username), password, **where)
+        return Keyring.open(self.transport.get_keyring(self.database, slot), password, **where)
 
     def _open_root(self, record: RootRecord) -> RootState:
         """Authenticate and check a root record from the store; reject rollbacks/forks."""
@@ -203,7 +204,8 @@ class DB:
                 for model, batch in by_model.items():
                     self._ensure_model(txn, model)
                     rows = [(pk, obj.to_record()) for pk, obj in batch.items()]
-                    txn.apply(PutRecords(model.zerodb_name, rows))
+                    new = frozenset(obj.pk for obj in fresh if type(obj) is model)
+                    txn.apply(PutRecords(model.zerodb_name, rows, new))
                     for (_, fields), obj in zip(rows, batch.values()):
                         txn.loaded[id(obj)] = (obj, fields)
         except BaseException:

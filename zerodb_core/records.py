@@ -152,8 +152,13 @@ class Table:
         """Insert or replace the record ``pk``; return the fields it replaced, if any."""
         return self.put_many([(pk, fields)])[0]
 
-    def put_many(self, rows: list[tuple[Any, dict]]) -> list[dict | None]:
+    def put_many(
+        self, rows: list[tuple[Any, dict]], *, fresh: frozenset = frozenset()
+    ) -> list[dict | None]:
         """Insert or replace records (distinct pks); return the fields each replaced.
+
+        A pk in ``fresh`` was just allocated by the store and must be new: if a record has
+        it already, the store's id counter went backwards, and overwriting would lose data.
 
         The whole batch is read (old records, unique probes) in batched walks and written
         tree by tree in key order, so a bulk load costs one descent per leaf touched.
@@ -164,6 +169,12 @@ class Table:
         raw = self.view.run([self.records.get_many_reader(pk_keys)])[0]
         found = self.view.run([self._decode_reader(raw.values())])[0]
         olds = [found.get(pk) for pk, _ in rows]
+        for (pk, _), old in zip(rows, olds):
+            if old is not None and pk in fresh:
+                raise IntegrityError(
+                    f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "
+                    "its id counter was rewound"
+                )
         changes: dict[IndexSpec, tuple[list[bytes], list[tuple[bytes, bytes]]]] = {
             index: ([], []) for index in self.spec.indexes.values()
         }

@@ -75,13 +75,15 @@ class WriteOp:
 
 @dataclass(frozen=True, slots=True)
 class PutRecords(WriteOp):
-    """Insert or replace records ``[(pk, fields), ...]`` of one model."""
+    """Insert or replace records ``[(pk, fields), ...]`` of one model; ``fresh`` names the
+    pks the store just allocated, which must not exist yet."""
 
     model: str
     rows: list
+    fresh: frozenset = frozenset()
 
     def apply(self, txn: Transaction) -> Any:
-        return txn.writable_table(self.model).put_many(self.rows)
+        return txn.writable_table(self.model).put_many(self.rows, fresh=self.fresh)
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,7 +246,11 @@ def test_payload_may_end_in_zero_bytes():
     )
 
 
-def test_bytes_like_payloads_are_accepted():
+def test_bytes_like_payloads_seal_but_only_bytes_open():
     payload = bytearray(b"mutable")
     sealed = SEALER.seal(BlobKind.NODE, BLOB_ID, memoryview(payload))
-    assert SEALER.open(BlobKind.NODE, BLOB_ID, memoryview(sealed)) == b"mutable"
+    assert SEALER.open(BlobKind.NODE, BLOB_ID, sealed) == b"mutable"
+    # What comes from the store must be bytes: never bytes(x) of a hostile value.
+    for other in (memoryview(sealed), bytearray(sealed), 10**12, "text"):
+        with pytest.raises(IntegrityError, match="not bytes"):
+            SEALER.open(BlobKind.NODE, BLOB_ID, other)

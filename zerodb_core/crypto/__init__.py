@@ -19,7 +19,7 @@ from zerodb_core.crypto.kdf import (
     derive_kek,
     normalize_passphrase,
 )
-from zerodb_core.crypto.keyring import Keyring
+from zerodb_core.crypto.keyring import Keyring, slot_name
 from zerodb_core.crypto.keys import KeyHierarchy
 from zerodb_core.crypto.padding import is_size_class, padded_size
 
@@ -39,4 +39,5 @@ __all__ = [
     "new_blob_id",
     "normalize_passphrase",
     "padded_size",
+    "slot_name",
 ]

@@ -116,8 +116,9 @@ class BlobSealer:
         """
         kind = BlobKind(kind)
         _check_blob_id(blob_id)
-        if not isinstance(sealed, bytes):
-            sealed = bytes(sealed)
+        if type(sealed) is not bytes:
+            # Never bytes(x): a hostile integer would become a request for x zero bytes.
+            raise IntegrityError(f"blob {blob_id.hex()}: not bytes but {type(sealed).__name__}")
         size = len(sealed)
         if size < OVERHEAD or not is_size_class(size - OVERHEAD):
             raise IntegrityError(f"blob {blob_id.hex()}: length {size} is not a sealed size")

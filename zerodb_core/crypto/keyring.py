@@ -32,6 +32,7 @@ Plaintext: msgpack ``{"epochs": {epoch: master_key}, "current": epoch,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Mapping
@@ -176,8 +177,8 @@ class Keyring:
         cls, sealed: bytes, passphrase: str | bytes, *, tenant: str, database: str, name: str
     ) -> Keyring:
         """Unwrap a sealed keyring; raise ``WrongPassphraseError`` or ``IntegrityError``."""
-        if not isinstance(sealed, bytes):
-            sealed = bytes(sealed)
+        if type(sealed) is not bytes:
+            raise IntegrityError(f"keyring {name!r}: not bytes but {type(sealed).__name__}")
         aad_suffix = length_prefixed(tenant, database, name)
         size = len(sealed)
         if size < HEADER_BYTES + TAG_BYTES or not is_size_class(size - HEADER_BYTES - TAG_BYTES):
@@ -244,3 +245,13 @@ class Keyring:
 
     def __reduce__(self) -> object:
         raise TypeError("key material must not be pickled or copied out of process")
+
+
+def slot_name(tenant: str, database: str, username: str) -> str:
+    """The name of a user's keyring slot in the store: an unkeyed hash, so the store does
+    not hold usernames in clear (nothing is unlocked yet when the slot is looked up, so it
+    cannot be keyed; a guessable username can still be confirmed by guessing)."""
+    digest = hashlib.blake2b(
+        length_prefixed(tenant, database, username), digest_size=16, person=b"zerodb:slot:v1"
+    )
+    return digest.hexdigest()

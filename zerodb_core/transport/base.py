@@ -13,9 +13,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from blob_server.storage.base import CommitResult, RootRecord
+from zerodb_core.exceptions import IntegrityError
 
 # What a request costs on the wire besides its payload: op code, request id, lengths.
 FRAME_OVERHEAD = 16
+# Sequence numbers and ids are 63-bit: anything else from the store is a lie.
+MAX_SEQ = 2**63
+
+
+def _checked_root(root: RootRecord) -> RootRecord:
+    """Refuse a root whose fields have the wrong type or range (fail closed: the store is
+    not trusted, and what it sends is checked before anything uses it)."""
+    if not (
+        isinstance(root, RootRecord)
+        and type(root.seq) is int
+        and 0 <= root.seq < MAX_SEQ
+        and type(root.data) is bytes
+    ):
+        raise IntegrityError("the store sent a malformed root record")
+    return root
 
 
 @dataclass(slots=True)
@@ -56,12 +72,16 @@ class Transport(abc.ABC):
     def get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
         """Fetch many blobs in one round trip; missing ids are absent from the result."""
         found = self._get_blobs(database, ids)
+        if type(found) is not dict or not all(
+            type(k) is bytes and type(v) is bytes for k, v in found.items()
+        ):
+            raise IntegrityError("the store answered a blob request with something not bytes")
         self._account(sum(map(len, ids)), sum(len(k) + len(v) for k, v in found.items()))
         return found
 
     def get_root(self, database: str) -> RootRecord:
         """Read the current root record."""
-        root = self._get_root(database)
+        root = _checked_root(self._get_root(database))
         self._account(0, 8 + len(root.data))
         return root
 
@@ -79,6 +99,7 @@ class Transport(abc.ABC):
         result = self._commit(
             database, expected_seq=expected_seq, root=root, blobs=blobs, garbage=garbage
         )
+        _checked_root(result.root)
         sent = 8 + len(root) + sum(len(k) + len(v) for k, v in blobs.items())
         self._account(sent + sum(map(len, garbage)), 8 + len(result.root.data))
         return result
@@ -86,12 +107,16 @@ class Transport(abc.ABC):
     def allocate_ids(self, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of a named counter; return the first."""
         first = self._allocate_ids(database, sequence, count)
+        if type(first) is not int or not 1 <= first < MAX_SEQ:
+            raise IntegrityError(f"the store allocated an impossible id {first!r}")
         self._account(len(sequence) + 8, 8)
         return first
 
     def get_keyring(self, database: str, name: str) -> bytes | None:
         """Read a keyring slot."""
         data = self._get_keyring(database, name)
+        if data is not None and type(data) is not bytes:
+            raise IntegrityError("the store answered a keyring request with something not bytes")
         self._account(len(name), len(data or b""))
         return data
 

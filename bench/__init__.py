@@ -1,0 +1,1 @@
+"""Benchmarks of django-zerodb (``make bench``); results go to ``bench/results/``."""
