@@ -11,6 +11,7 @@ anything is changed, so a refused write leaves no trace.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,10 +95,16 @@ def text_entries(
             where.append(position)
     doc_len = len(tokens)
     entries = {
-        encode_key(term) + pk_key: pack([pk, len(where), doc_len, where])
+        _term_key(term) + pk_key: pack([pk, len(where), doc_len, where])
         for term, where in positions.items()
     }
     return entries, doc_len
+
+
+@functools.lru_cache(maxsize=65536)
+def _term_key(term: str) -> bytes:
+    """The key prefix of a term; vocabularies are small next to their use, so keep them."""
+    return encode_key(term)
 
 
 class Table:
@@ -202,6 +209,15 @@ class Table:
                         if key in probes[index]:
                             raise _violation(self.spec, index, fields)
                         probes[index][key] = (pk, fields)
+        # Read every path the writes below will walk, all trees at once, one round trip
+        # per level; the unique probes are then answered from memory.
+        self.view.run(
+            [
+                self.index_tree(index).paths_reader(sorted([*removed, *(k for k, _ in added)]))
+                for index, (removed, added) in changes.items()
+                if removed or added
+            ]
+        )
         self._check_unique(probes)
         for index, (docs, length) in text_stats.items():
             self.view.add_text_stats(self.spec.index_tree(index), docs, length)
@@ -238,9 +254,14 @@ class Table:
         replaced = self.records.delete(pk_key)
         if replaced is not None and replaced[:1] == SPILLED:
             self.view.retire_blob(replaced[1:])
-        for index in self.spec.indexes.values():
+        entries = {
+            index: sorted(index_entries(index, pk, pk_key, old))
+            for index in self.spec.indexes.values()
+        }
+        self.view.run([self.index_tree(i).paths_reader(keys) for i, keys in entries.items()])
+        for index, keys in entries.items():
             tree = self.index_tree(index)
-            for key in index_entries(index, pk, pk_key, old):
+            for key in keys:
                 tree.delete(key)
             if index.kind == TEXT:
                 length = text_entries(index, pk, pk_key, old)[1]

@@ -202,3 +202,29 @@ def test_malformed_node_payload_fails_closed(bad):
 
     with pytest.raises(IntegrityError):
         node_from_payload(b"\x00" * 16, bad)
+
+
+def test_paths_reader_loads_what_writes_walk():
+    source, refs, ws, tree = make_tree(max_bytes=200)
+    for i in range(3000):
+        tree.put(i.to_bytes(4, "big"), b"x" * 8)
+    ws = persist(ws, refs, source)
+    cache: dict = {}
+    source.lookup = cache.get  # a cache, so that what the reader loads is kept
+    real_fetch = source.fetch
+
+    def fetch_and_keep(ids):
+        found = real_fetch(ids)
+        cache.update(found)
+        return found
+
+    source.fetch = fetch_and_keep
+    tree = BTree(ws, refs, "t", max_bytes=200)
+    keys = sorted(i.to_bytes(4, "big") for i in (5, 6, 700, 2999, 1500, 4000))  # 4000: absent
+    source.fetches = 0
+    run(ws, tree.paths_reader(keys))
+    assert source.fetches == refs["t"].height  # one request per level, all paths at once
+    for key in keys:
+        tree.put(key, b"new")
+    tree.delete(keys[0])
+    assert source.fetches == refs["t"].height  # the writes needed nothing more

@@ -340,6 +340,36 @@ class BTree:
             frontier = deeper
         return found
 
+    def paths_reader(self, keys: list[bytes]) -> Reader:
+        """Load every node on the paths to ``keys`` (sorted), level by level, and return
+        nothing: writes then walk those paths without a round trip per node.
+
+        Keys are split among children by bisecting the key list at each separator, so the
+        cost is per node visited, not per key: a batch of 100,000 keys is cheap.
+        """
+        root = self.ref.root
+        if root is None or not keys:
+            return None
+        frontier = [(root, 0, len(keys))]
+        for _ in range(self.ref.height - 1):
+            nodes = yield [node_id for node_id, _, _ in frontier]
+            deeper = []
+            for node_id, start, stop in frontier:
+                node = nodes[node_id]
+                seps = node.keys
+                for i in range(len(node.children)):
+                    end = (
+                        stop if i + 1 == len(seps) else bisect_left(keys, seps[i + 1], start, stop)
+                    )
+                    if end > start:
+                        deeper.append((node.children[i], start, end))
+                        start = end
+                    if start >= stop:
+                        break
+            frontier = deeper
+        yield [node_id for node_id, _, _ in frontier]
+        return None
+
     def scan_reader(
         self,
         lo: bytes = b"",

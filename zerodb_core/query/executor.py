@@ -167,8 +167,7 @@ class Executor:
                 bm25(postings[t][pk][0], postings[t][pk][1], len(postings[t]), n_docs, avg_len)
                 for t in terms
             )
-        ranked = sorted(scores, key=lambda pk: (-scores[pk], sort_key(pk)))
-        return (ranked, scores)
+        return (_rank(scores), scores)
 
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
         if isinstance(source, IndexScan):
@@ -273,3 +272,12 @@ def residual_filter(expr: Expr | None, rows: list[tuple[Any, dict]]) -> list[tup
     if expr is None:
         return rows
     return [(pk, fields) for pk, fields in rows if expr.matches(fields)]
+
+
+def _rank(scores: dict[Any, float]) -> list[Any]:
+    """Keys by descending score, ties by key (compared directly when they can be, which
+    is the common case of integer keys and much cheaper than encoding each one)."""
+    try:
+        return sorted(scores, key=lambda pk: (-scores[pk], pk))
+    except TypeError:
+        return sorted(scores, key=lambda pk: (-scores[pk], sort_key(pk)))
