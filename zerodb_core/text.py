@@ -12,7 +12,7 @@ import math
 import re
 import unicodedata
 
-__all__ = ["MAX_TOKEN_LENGTH", "bm25", "parse_query", "tokenize"]
+__all__ = ["MAX_TOKEN_LENGTH", "bm25", "bm25_idf", "bm25_weight", "parse_query", "tokenize"]
 
 # Longer tokens are dropped: they are almost always hashes, base64 or URLs, and they would
 # bloat the index for no recall.
@@ -111,9 +111,20 @@ def bm25(
     (statistics may lag the postings by a commit), and an ``avg_doc_len`` of 0 means no
     length normalisation.
     """
+    return bm25_weight(tf, doc_len, avg_doc_len, bm25_idf(df, n_docs), k1, b)
+
+
+def bm25_idf(df: int, n_docs: int) -> float:
+    """The idf part of BM25, computed once per term of a query."""
+    df = min(max(df, 0), max(n_docs, 0))
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def bm25_weight(
+    tf: int, doc_len: int, avg_doc_len: float, idf: float, k1: float = 1.2, b: float = 0.75
+) -> float:
+    """The per-document part of BM25, given the term's ``idf``."""
     if tf <= 0:
         return 0.0
-    df = min(max(df, 0), max(n_docs, 0))
-    idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
     norm = 1.0 - b + b * (doc_len / avg_doc_len) if avg_doc_len > 0 else 1.0
     return idf * tf * (k1 + 1.0) / (tf + k1 * norm)

@@ -26,7 +26,7 @@ from zerodb_core.query.planner import (
 )
 from zerodb_core.records import Table
 from zerodb_core.serialization import unpack
-from zerodb_core.text import bm25
+from zerodb_core.text import bm25_idf, bm25_weight
 
 # An And keeps reading an index only if it promises at most this many times the entries of
 # the most selective one (plus a floor); the others are checked on the records instead.
@@ -147,26 +147,27 @@ class Executor:
         tree = self.view.tree(scan.tree)
         prefixes = [encode_key(term) for term in terms]
         scans = yield from gather([tree.scan_reader(p, key_after(p)) for p in prefixes])
-        postings: dict[str, dict[Any, tuple[int, int, list[int]]]] = {}
+        n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
+        avg_len = total_len / n_docs if n_docs else 0.0
+        # One pass over the postings: each term's BM25 weight per document, and its
+        # positions (for phrases).
+        postings: dict[str, dict[Any, list[int]]] = {}
+        weights: dict[str, dict[Any, float]] = {}
         for term, entries in zip(terms, scans):
-            postings[term] = {}
+            idf = bm25_idf(len(entries), n_docs)
+            where = postings[term] = {}
+            weight = weights[term] = {}
             for _, value in entries:
                 pk, tf, doc_len, positions = unpack(value)
-                postings[term][pk] = (tf, doc_len, positions)
+                where[pk] = positions
+                weight[pk] = bm25_weight(tf, doc_len, avg_len, idf)
         docs = None
         for group in scan.predicate.groups:
             matching = set.intersection(*(set(postings[t]) for t in group))
             if len(group) > 1:
                 matching = {pk for pk in matching if _phrase_at(postings, group, pk)}
             docs = matching if docs is None else docs & matching
-        n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
-        avg_len = total_len / n_docs if n_docs else 0.0
-        scores = {}
-        for pk in docs or ():
-            scores[pk] = sum(
-                bm25(postings[t][pk][0], postings[t][pk][1], len(postings[t]), n_docs, avg_len)
-                for t in terms
-            )
+        scores = {pk: sum(weights[t][pk] for t in terms) for pk in docs or ()}
         return (_rank(scores), scores)
 
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
@@ -263,8 +264,8 @@ def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
 
 
 def _phrase_at(postings, group: list[str], pk: Any) -> bool:
-    first = set(postings[group[0]][pk][2])
-    rest = [set(postings[t][pk][2]) for t in group[1:]]
+    first = set(postings[group[0]][pk])
+    rest = [set(postings[t][pk]) for t in group[1:]]
     return any(all(p + i + 1 in where for i, where in enumerate(rest)) for p in first)
 
 
