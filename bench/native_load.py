@@ -26,7 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from zerodb_core import DB
-from zerodb_core.demo import FIRST, LAST, TOPICS, Employee
+from zerodb_core.demo import FIRST, Employee, fake_employee
 from zerodb_core.query import Contains, Gt, InRange
 
 PASSWORD = "bench passphrase"
@@ -39,12 +39,7 @@ COUNTERS = ("round_trips", "bytes_sent", "bytes_received")
 
 def person(rng: random.Random) -> dict:
     """An Employee as ``zerodb_core.demo`` makes them, salaries in steps of 10."""
-    return {
-        "name": rng.choice(FIRST),
-        "surname": rng.choice(LAST),
-        "salary": rng.randrange(40_000, 250_000, 10),
-        "description": f"Handled the {rng.choice(TOPICS)} and {rng.choice(TOPICS)}.",
-    }
+    return fake_employee(rng, salary_step=10)
 
 
 # -- query kinds -------------------------------------------------------------------------

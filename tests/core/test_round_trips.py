@@ -30,6 +30,7 @@ import pytest
 from tests.conftest import PASSWORD
 from tests.core.hr import Employee
 from zerodb_core import DB
+from zerodb_core.demo import fake_employee
 from zerodb_core.query import Ge, InRange, Lt
 
 # Build the store once per worker, and keep the module on one worker when the run is
@@ -44,29 +45,12 @@ COLD_BUDGET = 8  # keyring + root + every level of the index and record trees
 
 # As zerodb_core.demo generates them, with salaries in steps of 10 so that a narrow
 # salary range holds about a hundred people.
-FIRST = ["John", "Ann", "Maria", "Wei", "Olga", "Sam", "Priya", "Tom", "Ines", "Kofi"]
-LAST = ["Smith", "Lee", "Garcia", "Chen", "Ivanova", "Brown", "Patel", "Muller", "Silva"]
-TOPICS = [
-    "kernel panic",
-    "payroll export",
-    "database migration",
-    "network outage",
-    "quarterly audit",
-    "printer jam",
-    "disk encryption",
-    "access review",
-]
 FIELDS = ("name", "surname", "salary", "description")
 REPO = Path(__file__).resolve().parents[2]
 
 
 def person(rng: random.Random) -> dict:
-    return {
-        "name": rng.choice(FIRST),
-        "surname": rng.choice(LAST),
-        "salary": rng.randrange(40_000, 250_000, 10),
-        "description": f"Handled the {rng.choice(TOPICS)} and {rng.choice(TOPICS)}.",
-    }
+    return fake_employee(rng, salary_step=10)
 
 
 @dataclass
