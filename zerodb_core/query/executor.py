@@ -34,6 +34,8 @@ INTERSECT_RATIO = 8
 INTERSECT_FLOOR = 256
 
 _NONE_KEY = encode_key(None)
+# Stands for "every primary key" among the scans a plan needs (complements read it).
+ALL_KEYS = None
 
 
 def sort_key(value: Any) -> bytes:
@@ -107,16 +109,16 @@ class Executor:
     def primary_keys(self, source: Source) -> tuple[list[Any], dict[Any, float] | None]:
         """Materialise a source: its primary keys in source order, and BM25 scores if a
         text scan takes part."""
-        leaves: list[IndexScan | TextScan] = []
+        leaves: list[IndexScan | TextScan | None] = []
         _collect(source, leaves)
         if _needs_all(source):
-            leaves.append(None)  # every primary key, for complements
+            leaves.append(ALL_KEYS)  # every primary key, for complements
         readers = [self._scan_reader(leaf) for leaf in leaves]
         results = dict(zip(map(id, leaves), self.view.run(readers)))
         return self._combine(source, results)
 
     def _scan_reader(self, leaf):
-        if leaf is None:
+        if leaf is ALL_KEYS:
             return self._all_pks_reader()
         if isinstance(leaf, TextScan):
             return self._text_reader(leaf)
@@ -177,7 +179,7 @@ class Executor:
             return results[id(source)]
         if isinstance(source, Complement):
             excluded = set(self._combine(source.part, results)[0])
-            return [pk for pk in results[id(None)] if pk not in excluded], None
+            return [pk for pk in results[id(ALL_KEYS)] if pk not in excluded], None
         parts = [self._combine(p, results) for p in source.parts]
         scores = _merge_scores(s for _, s in parts)
         if isinstance(source, Intersect):
