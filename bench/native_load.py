@@ -237,6 +237,11 @@ def markdown(report: dict) -> str:
         f"* **Load**: {ld['records']:,} records in transactions of {ld['batch']:,}: "
         f"{ld['seconds']:.1f} s, **{ld['records_per_second']:,.0f} records/s** "
         f"({ld['round_trips']} round trips, {ld['bytes_sent'] / 2**20:,.1f} MiB sent).",
+        *(
+            f"* Load in transactions of {o['batch']:,}: {o['records_per_second']:,.0f} "
+            f"records/s, file {o['file_bytes'] / 2**20:,.1f} MiB."
+            for o in report.get("other_loads", [])
+        ),
         f"* **File**: {st['file_bytes'] / 2**20:,.1f} MiB (.zdb {st['db_bytes'] / 2**20:,.1f} "
         f"MiB + -wal {st['wal_bytes'] / 2**20:,.1f} MiB); blobs {st['blobs']:,}, "
         f"{st['blob_bytes'] / 2**20:,.1f} MiB, of which live {st['live_bytes'] / 2**20:,.1f} "
@@ -294,7 +299,12 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=10_000, help="records per transaction")
+    parser.add_argument("--batch", type=int, default=25_000, help="records per transaction")
+    parser.add_argument(
+        "--also-batches",
+        default="10000,1000",
+        help="other transaction sizes to time the load with (separate stores), comma-separated",
+    )
     parser.add_argument(
         "--delays", default="0,0.025", help="seconds added per round trip, comma-separated"
     )
@@ -317,6 +327,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"{d * 1000:g}": run_queries(store, d, args.runs, pks, args.seed + 1) for d in delays
         }
         storage_after = storage_report(path)
+        other_loads = []
+        for size in (int(b) for b in args.also_batches.split(",") if b.strip()):
+            other = Path(tmp) / f"batch-{size}.zdb"
+            report_for_size = load(f"sqlite:///{other}", args.records, size, args.seed)[0]
+            report_for_size["file_bytes"] = storage_report(other)["file_bytes"]
+            other_loads.append(report_for_size)
 
     now = dt.datetime.now().astimezone()
     report = {
@@ -325,6 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": machine(),
         "args": vars(args),
         "load": load_report,
+        "other_loads": other_loads,
         "storage": storage,
         "storage_after_queries": storage_after,
         "queries": queries,
