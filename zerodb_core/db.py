@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from blob_server.storage import Storage
-from blob_server.storage.base import RootRecord
+from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core.blobsource import BlobSource
 from zerodb_core.btree import CLEAN, NODE_MAX_BYTES, reachable_dirty
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
@@ -41,6 +42,10 @@ MAX_COMMIT_RETRIES = 16
 # Id blocks grow from this size while a model keeps asking for more, up to the maximum.
 MIN_ID_BLOCK = 16
 MAX_ID_BLOCK = 8192
+# An embedded store is swept of old garbage after a commit at most this often (seconds);
+# blobs are kept this long after they were replaced, for readers of older snapshots.
+GARBAGE_INTERVAL = 60.0
+GARBAGE_RETENTION = DEFAULT_RETENTION_SECONDS
 
 
 class DB:
@@ -85,6 +90,7 @@ class DB:
         self._local = threading.local()
         self._id_blocks: dict[str, list[int]] = {}
         self._id_lock = threading.Lock()
+        self._last_collection = time.monotonic()
         # The catalog each model class was last checked against (catalogs are immutable).
         self._checked_catalog: dict[type[Model], Any] = {}
 
@@ -286,6 +292,7 @@ class DB:
                     dict(txn.text_stats),
                     payload["time"],
                 )
+                self._maybe_collect_garbage()
                 return
             txn.rebase(self._open_root(result.root))
         raise ConflictError(
@@ -305,6 +312,17 @@ class DB:
                 blobs[obj.id] = sealed
                 written.append((obj, len(sealed)))
         return blobs, written
+
+    def collect_garbage(self, retention: float = GARBAGE_RETENTION) -> int:
+        """Delete blobs that commits replaced more than ``retention`` seconds ago, in an
+        embedded store (a blob server collects by itself); return how many."""
+        collect = getattr(self.transport, "collect_garbage", None)
+        self._last_collection = time.monotonic()
+        return collect(retention) if collect is not None else 0
+
+    def _maybe_collect_garbage(self) -> None:
+        if time.monotonic() - self._last_collection >= GARBAGE_INTERVAL:
+            self.collect_garbage()
 
     # -- inspection ------------------------------------------------------------------------
 

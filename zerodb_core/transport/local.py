@@ -57,6 +57,11 @@ class LocalTransport(Transport):
     ) -> bool:
         return self.storage.put_keyring(self.tenant, database, name, data, expected=expected)
 
+    def collect_garbage(self, retention: float) -> int:
+        """Delete blobs replaced more than ``retention`` seconds ago. A server does this
+        by itself; an embedded store has nobody else to do it, so the client does."""
+        return self.storage.collect_garbage(retention=retention)
+
     def close(self) -> None:
         self.storage.close()
 
