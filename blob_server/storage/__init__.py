@@ -7,6 +7,8 @@ know them:
 * ``sqlite:///relative/path.zdb`` - a file relative to the working directory.
 * ``sqlite:////absolute/path.zdb`` - an absolute path (note the fourth slash), so
   ``"sqlite:///" + str(path)`` is right for relative and absolute paths alike.
+* ``redis://[:password@]host[:port][/db]`` (``rediss://`` for TLS) - a Redis server
+  (redis-py's URL syntax). Nothing connects until the first call.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from blob_server.storage.base import (
     Storage,
 )
 from blob_server.storage.memory import MemoryStorage
+from blob_server.storage.redis import RedisStorage
 from blob_server.storage.sqlite import SQLiteStorage
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "EMPTY_ROOT",
     "CommitResult",
     "MemoryStorage",
+    "RedisStorage",
     "RootRecord",
     "SQLiteStorage",
     "Storage",
@@ -38,13 +42,15 @@ __all__ = [
 ]
 
 _SQLITE_PREFIX = "sqlite:///"
+_REDIS_PREFIXES = ("redis://", "rediss://")
 
 
 def open_storage(url: str) -> Storage:
     """Open the storage named by ``url`` (see the module docstring for the forms).
 
-    Raise ``StorageUnavailableError`` for an unknown scheme or a file that cannot be
-    created or opened as a store; the parent directory of a SQLite file is created.
+    Raise ``StorageUnavailableError`` for an unknown scheme, a malformed Redis URL, or a
+    file that cannot be created or opened as a store; the parent directory of a SQLite
+    file is created.
     """
     if not isinstance(url, str):
         raise StorageUnavailableError(f"storage URL must be str, not {type(url).__name__}")
@@ -52,6 +58,12 @@ def open_storage(url: str) -> Storage:
         return MemoryStorage()
     if url.startswith(_SQLITE_PREFIX) and len(url) > len(_SQLITE_PREFIX):
         return _open_sqlite(url[len(_SQLITE_PREFIX) :])
+    if url.startswith(("redis:", "rediss:")):
+        if url.startswith(_REDIS_PREFIXES) and len(url) > url.index("//") + 2:
+            return RedisStorage(url)
+        raise StorageUnavailableError(
+            "bad Redis storage URL: use redis://host:port/db or rediss://host:port/db"
+        )
     if url.startswith("sqlite:"):
         raise StorageUnavailableError(
             f"bad SQLite storage URL {url!r}: use sqlite:///relative/path.zdb "
@@ -59,7 +71,8 @@ def open_storage(url: str) -> Storage:
         )
     scheme = url.partition(":")[0] if ":" in url else url
     raise StorageUnavailableError(
-        f"unknown storage URL scheme {scheme!r} in {url!r}: expected memory:// or sqlite:///path"
+        f"unknown storage URL scheme {scheme!r} in {url!r}: expected memory://, sqlite:///path "
+        "or redis://host:port/db"
     )
 
 

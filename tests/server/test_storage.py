@@ -11,6 +11,7 @@ from blob_server.exceptions import BlobExistsError, InvalidRequestError, Storage
 from blob_server.storage import (
     EMPTY_ROOT,
     MemoryStorage,
+    RedisStorage,
     RootRecord,
     SQLiteStorage,
     Storage,
@@ -39,12 +40,14 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def storage(request, tmp_path, clock):
     if request.param == "memory":
         store: Storage = MemoryStorage(clock=clock)
-    else:
+    elif request.param == "sqlite":
         store = SQLiteStorage(tmp_path / "store.zdb", clock=clock)
+    else:  # the session's own redis-server (tests/server/conftest.py), emptied first
+        store = request.getfixturevalue("redis_storage_factory")(clock=clock)
     yield store
     store.close()
 
@@ -359,8 +362,34 @@ def test_open_storage_sqlite_relative_path(tmp_path, monkeypatch):
     assert (tmp_path / "data" / "rel.zdb").exists()
 
 
+def test_open_storage_redis(redis_server, redis_storage_factory):  # the factory empties db 0
+    redis_server.client(3).flushdb()
+    store = open_storage(redis_server.url(3))
+    assert isinstance(store, RedisStorage)
+    blob = new_id()
+    commit(store, 0, {blob: b"kept"})
+    store.close()
+    again = open_storage(redis_server.url(3))
+    assert again.get_blobs(T, D, [blob]) == {blob: b"kept"}
+    assert redis_server.client(0).dbsize() == 0  # the URL's database number is honoured
+    redis_server.client(3).flushdb()
+    again.close()
+
+
 @pytest.mark.parametrize(
-    "url", ["redis://localhost", "postgres:///x", "", "memory://x", "sqlite://host/x", "sqlite:///"]
+    "url",
+    [
+        "valkey://localhost",
+        "postgres:///x",
+        "",
+        "memory://x",
+        "sqlite://host/x",
+        "sqlite:///",
+        "redis://",
+        "redis:localhost",
+        "redis://localhost:notaport/0",
+        "redis://localhost/notadb",
+    ],
 )
 def test_open_storage_refuses_unknown_urls(url):
     with pytest.raises(StorageUnavailableError, match="URL"):

@@ -1,0 +1,470 @@
+"""The production storage backend: Redis through redis-py (hiredis parses replies in C).
+
+Key layout (every name is opaque; no tenant, database, model or plaintext appears in it)::
+
+    zdb:ns                      32 random bytes, the namespace key (created once, SET NX)
+    zdb:gc                      set of scope tags that may have pending garbage
+    zdb:{S}:root                hash: seq, data (the opaque root)
+    zdb:{S}:s                   hash: blobs, bytes (maintained by the scripts)
+    zdb:{S}:b:<blob id hex>     string: one write-once blob
+    zdb:{S}:g                   sorted set: blob id hex -> time it became garbage
+    zdb:{S}:k                   hash: keyring slots, field = H(name)
+    zdb:{S}:c                   hash: id counters, field = H(name)
+
+``S`` is the scope tag of one (tenant, database): 32 hex digits of a BLAKE2b-128 of the
+length-prefixed names, keyed with the namespace key. Someone who sees key names (MONITOR,
+SLOWLOG, a key listing, a cluster migration log) learns nothing about tenant names; the
+key lives in Redis so tags stay stable across restarts and across blob-server processes.
+(Whoever can read *values* can read ``zdb:ns`` too and test guessed names: it hides
+names, it is not a secret against the Redis operator.) ``{S}`` is a Redis Cluster hash
+tag, so one database's keys share a slot and every per-database script is single-slot.
+
+Commits are one Lua script (atomic, EVALSHA): check ``seq``, check that no new blob id
+exists, SET every blob, swap the root, count blobs and bytes, ZADD the garbage. Time
+comes from the storage's ``clock`` as an argument, and seqs travel as decimal strings
+(Lua numbers are doubles and would round seqs above 2**53).
+
+There are no automatic retries: a command whose answer is lost is not re-sent, because
+re-sending a commit or an id allocation is not safe. Errors become
+``StorageUnavailableError``; the pool reconnects on the next call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+from redis.retry import Retry
+
+from blob_server.exceptions import BlobExistsError, StorageUnavailableError
+from blob_server.storage import validation as v
+from blob_server.storage.base import (
+    DEFAULT_RETENTION_SECONDS,
+    EMPTY_ROOT,
+    CommitResult,
+    RootRecord,
+    Storage,
+)
+
+log = logging.getLogger(__name__)
+
+NAMESPACE_KEY = b"zdb:ns"
+GC_SCOPES_KEY = b"zdb:gc"
+NAMESPACE_KEY_SIZE = 32
+_MGET_CHUNK = 1_000  # ids per MGET; several chunks go out in one pipeline
+_GC_BATCH = 500  # garbage entries per GC script run: keeps Redis responsive to committers
+
+# ARGV: expected seq, new seq, root data, now, n blob data..., garbage members...
+# KEYS: root, stats, garbage, n blob keys...
+# Returns {1} applied, {0, seq, data} conflict, {2, index} blob KEYS[4 + index] exists.
+# Redis does not roll a script back when a call fails midway, so the calls that could
+# fail on a damaged keyspace (HINCRBY on a non-integer) come before any blob is written,
+# and garbage is recorded only after the root swap (never garbage of a root not yet live).
+_COMMIT = """
+local cur = redis.call('HMGET', KEYS[1], 'seq', 'data')
+local seq = cur[1] or '0'
+if seq ~= ARGV[1] then
+  return {0, seq, cur[2] or ''}
+end
+local bytes = 0
+for i = 4, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    return {2, i - 4}
+  end
+  bytes = bytes + #ARGV[i + 1]
+end
+if #KEYS > 3 then
+  redis.call('HINCRBY', KEYS[2], 'blobs', #KEYS - 3)
+  redis.call('HINCRBY', KEYS[2], 'bytes', bytes)
+end
+for i = 4, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'data', ARGV[3])
+for j = #KEYS + 2, #ARGV do
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[j])
+end
+return {1}
+"""
+
+# KEYS: keyring hash. ARGV: field, data, '1' if an expected value follows else '0', expected.
+_PUT_KEYRING = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[3] == '0' then
+  if cur then return 0 end
+elseif cur ~= ARGV[4] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: garbage zset, stats hash. ARGV: cutoff, batch size, blob key prefix.
+# Deletes up to a batch of due blobs; returns {deleted, due, garbage left}.
+_COLLECT = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local deleted, bytes = 0, 0
+for _, member in ipairs(due) do
+  local key = ARGV[3] .. member
+  local size = redis.call('STRLEN', key)
+  if redis.call('DEL', key) == 1 then
+    deleted = deleted + 1
+    bytes = bytes + size
+  end
+end
+if #due > 0 then
+  redis.call('ZREM', KEYS[1], unpack(due))
+end
+if deleted > 0 then
+  redis.call('HINCRBY', KEYS[2], 'blobs', -deleted)
+  redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
+end
+return {deleted, #due, redis.call('ZCARD', KEYS[1])}
+"""
+
+# KEYS: the namespace key. ARGV: a fresh random key, kept only if none exists yet.
+_NAMESPACE = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"""
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` without its password, for messages and reprs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6: urlsplit dropped the brackets
+            host = f"[{host}]"
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unparsable Redis URL>"
+
+
+def _length_prefixed(*names: str) -> bytes:
+    """Encode names injectively (``("a:b", "c")`` and ``("a", "b:c")`` differ)."""
+    out = bytearray()
+    for name in names:
+        raw = name.encode("utf-8", "surrogatepass")
+        out += struct.pack(">I", len(raw)) + raw
+    return bytes(out)
+
+
+class _Scope:
+    """The key names of one (tenant, database)."""
+
+    __slots__ = ("blob_prefix", "counters", "garbage", "keyrings", "root", "stats", "tag")
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag.encode("ascii")
+        base = b"zdb:{" + self.tag + b"}:"
+        self.root = base + b"root"
+        self.stats = base + b"s"
+        self.garbage = base + b"g"
+        self.keyrings = base + b"k"
+        self.counters = base + b"c"
+        self.blob_prefix = base + b"b:"
+
+    def blob(self, blob_id: bytes) -> bytes:
+        return self.blob_prefix + blob_id.hex().encode("ascii")
+
+
+class RedisStorage(Storage):
+    """Store blobs, roots, keyrings, counters and garbage in Redis.
+
+    ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS, a password
+    as ``redis://:password@host``). Nothing connects until the first call, so the storage
+    can be built before Redis is up; a Redis restart needs no reopening. ``clock`` returns
+    the current time in seconds (tests inject a fake one). ``socket_timeout`` bounds every
+    command; ``max_connections`` bounds the pool (None: unbounded).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        socket_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        max_connections: int | None = None,
+    ) -> None:
+        self.url = redact_url(url)
+        self._clock = clock
+        try:
+            path = urlsplit(url).path.strip("/")
+            if path and not path.isdigit():  # redis-py would silently use database 0
+                raise ValueError(f"database must be a number, not {path!r}")
+            self._pool = redis.ConnectionPool.from_url(
+                url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout,
+                retry=Retry(NoBackoff(), 0),
+                max_connections=max_connections,
+            )
+        except (ValueError, TypeError) as exc:
+            raise StorageUnavailableError(f"bad Redis storage URL {self.url!r}: {exc}") from exc
+        self._redis = redis.Redis(connection_pool=self._pool)
+        self._commit_script = self._redis.register_script(_COMMIT)
+        self._keyring_script = self._redis.register_script(_PUT_KEYRING)
+        self._collect_script = self._redis.register_script(_COLLECT)
+        self._namespace_script = self._redis.register_script(_NAMESPACE)
+        self._namespace: bytes | None = None
+        self._namespace_lock = threading.Lock()
+        self._scopes: dict[tuple[str, str], _Scope] = {}
+        self._closed = False
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn every redis-py error into StorageUnavailableError naming the (redacted) URL."""
+        if self._closed:
+            raise StorageUnavailableError(f"storage {self.url} is closed")
+        try:
+            yield
+        except RedisError as exc:
+            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
+
+    def _namespace_key(self) -> bytes:
+        """Return the namespace key, creating it in Redis on first use (call in _errors)."""
+        key = self._namespace
+        if key is None:
+            with self._namespace_lock:
+                key = self._namespace
+                if key is None:
+                    key = self._namespace_script([NAMESPACE_KEY], [os.urandom(NAMESPACE_KEY_SIZE)])
+                    if not isinstance(key, bytes) or len(key) != NAMESPACE_KEY_SIZE:
+                        raise StorageUnavailableError(
+                            f"Redis at {self.url}: {NAMESPACE_KEY.decode()} is not a "
+                            f"{NAMESPACE_KEY_SIZE}-byte namespace key; refusing to guess"
+                        )
+                    self._check_server()
+                    self._namespace = key
+        return key
+
+    def _check_server(self) -> None:
+        """Refuse a Redis that evicts keys; warn about one that does not persist them.
+
+        An evicted blob or root would look like tampering to every client. Durability is
+        the operator's choice (AOF with ``appendfsync everysec`` or ``always``), so only
+        a warning: the tests run a throwaway server without persistence on purpose.
+        """
+        info = self._redis.info()
+        policy = info.get("maxmemory_policy", "noeviction")
+        if policy != "noeviction":
+            raise StorageUnavailableError(
+                f"Redis at {self.url} evicts keys (maxmemory-policy {policy}): blobs and "
+                "roots would vanish; configure maxmemory-policy noeviction"
+            )
+        if not info.get("aof_enabled"):
+            log.warning(
+                "Redis at %s has no AOF (appendonly no): acknowledged commits may be lost "
+                "in a crash, and clients would see that as a rollback",
+                self.url,
+            )
+
+    def _scope(self, tenant: str, database: str) -> _Scope:
+        """Return the key names of (tenant, database) (call inside _errors)."""
+        names = v.check_scope(tenant, database)
+        scope = self._scopes.get(names)
+        if scope is None:
+            tag = hashlib.blake2b(
+                _length_prefixed(*names),
+                key=self._namespace_key(),
+                digest_size=16,
+                person=b"zdb:scope:v1",
+            ).hexdigest()
+            scope = self._scopes[names] = _Scope(tag)
+        return scope
+
+    def _field(self, name: str) -> bytes:
+        """Return the opaque hash field for a keyring or counter name (call inside _errors)."""
+        return hashlib.blake2b(
+            _length_prefixed(name), key=self._namespace_key(), digest_size=16, person=b"zdb:name:v1"
+        ).digest()
+
+    # -- the Storage interface -----------------------------------------------------------
+
+    def get_blobs(self, tenant: str, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
+        """Return the blobs with these ids (one MGET per thousand ids, one round trip)."""
+        v.check_scope(tenant, database)
+        wanted = v.check_ids(ids)
+        if not wanted:
+            return {}
+        with self._errors():
+            scope = self._scope(tenant, database)
+            keys = [scope.blob(i) for i in wanted]
+            if len(keys) <= _MGET_CHUNK:
+                values = self._redis.mget(keys)
+            else:
+                pipe = self._redis.pipeline(transaction=False)
+                for start in range(0, len(keys), _MGET_CHUNK):
+                    pipe.mget(keys[start : start + _MGET_CHUNK])
+                values = [value for chunk in pipe.execute() for value in chunk]
+        return {i: data for i, data in zip(wanted, values) if data is not None}
+
+    def get_root(self, tenant: str, database: str) -> RootRecord:
+        """Return the current root, ``EMPTY_ROOT`` for a database never committed to."""
+        with self._errors():
+            seq, data = self._redis.hmget(self._scope(tenant, database).root, "seq", "data")
+        return EMPTY_ROOT if seq is None else RootRecord(int(seq), data or b"")
+
+    def commit(
+        self,
+        tenant: str,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes] = (),
+    ) -> CommitResult:
+        """Write blobs, swap the root and record garbage in one Lua script (see base).
+
+        The seq is checked first, so a stale commit is answered with the current root even
+        if it also repeats an existing blob id. With garbage, the scope is added to the
+        collector's set in the same round trip, after the script (see ``collect_garbage``).
+        """
+        v.check_scope(tenant, database)
+        seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
+        with self._errors():
+            scope = self._scope(tenant, database)
+            keys = [scope.root, scope.stats, scope.garbage, *(scope.blob(i) for i, _ in pairs)]
+            args: list[Any] = [str(seq), str(seq + 1), root_data, repr(float(self._clock()))]
+            args += [data for _, data in pairs]
+            args += [i.hex() for i in dead]
+            reply = self._eval(
+                self._commit_script, keys, args, register_garbage=scope if dead else None
+            )
+        if reply[0] == 1:
+            return CommitResult(True, RootRecord(seq + 1, root_data))
+        if reply[0] == 0:
+            return CommitResult(False, RootRecord(int(reply[1]), reply[2]))
+        raise BlobExistsError(f"blob {pairs[int(reply[1])][0].hex()} already exists")
+
+    def _eval(
+        self,
+        script: Any,
+        keys: list[bytes],
+        args: list[Any],
+        *,
+        register_garbage: _Scope | None = None,
+    ) -> Any:
+        """Run ``script``; with ``register_garbage``, SADD its tag to the GC set after it,
+        in the same round trip (call inside _errors)."""
+        if register_garbage is None:
+            return script(keys, args)
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.sadd(GC_SCOPES_KEY, register_garbage.tag)
+            reply, _ = pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and attempt == 0:
+                script.sha = self._redis.script_load(script.script)  # Redis was restarted
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def allocate_ids(self, tenant: str, database: str, sequence: str, count: int) -> int:
+        """Reserve ``count`` consecutive integers of ``sequence`` (HINCRBY); return the first."""
+        v.check_scope(tenant, database)
+        v.check_name(sequence, "sequence")
+        v.check_int(count, "count", low=1, high=v.MAX_ALLOCATE)
+        with self._errors():
+            last = self._redis.hincrby(
+                self._scope(tenant, database).counters, self._field(sequence), count
+            )
+        return int(last) - count + 1
+
+    def get_keyring(self, tenant: str, database: str, name: str) -> bytes | None:
+        """Return keyring slot ``name`` or None."""
+        v.check_scope(tenant, database)
+        v.check_name(name, "keyring name")
+        with self._errors():
+            return self._redis.hget(self._scope(tenant, database).keyrings, self._field(name))
+
+    def put_keyring(
+        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+    ) -> bool:
+        """Set keyring slot ``name`` if it holds ``expected`` (a Lua compare-and-set)."""
+        v.check_scope(tenant, database)
+        v.check_name(name, "keyring name")
+        v.check_data(data, "keyring data")
+        if expected is not None:
+            v.check_data(expected, "expected keyring data")
+        with self._errors():
+            scope = self._scope(tenant, database)
+            args = [self._field(name), data, b"0" if expected is None else b"1", expected or b""]
+            return bool(self._keyring_script([scope.keyrings], args))
+
+    def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
+        """Delete blobs that became garbage at least ``retention`` seconds ago.
+
+        Walks the scopes in ``zdb:gc``; each script run deletes at most a few hundred
+        blobs, so committers are never held up long. A scope whose garbage is gone is
+        removed from the set and re-added if a commit slipped garbage in meanwhile (a
+        commit adds its scope *after* its script, so one of the two always re-adds it).
+        """
+        cutoff = repr(self._clock() - v.check_retention(retention))
+        deleted = 0
+        with self._errors():
+            for tag in self._redis.sscan_iter(GC_SCOPES_KEY, count=100):
+                scope = _Scope(tag.decode("ascii"))
+                while True:
+                    gone, due, left = self._collect_script(
+                        [scope.garbage, scope.stats], [cutoff, _GC_BATCH, scope.blob_prefix]
+                    )
+                    deleted += gone
+                    if due < _GC_BATCH:
+                        break
+                if left == 0:
+                    self._redis.srem(GC_SCOPES_KEY, tag)
+                    if self._redis.zcard(scope.garbage):
+                        self._redis.sadd(GC_SCOPES_KEY, tag)
+        return deleted
+
+    def stats(self, tenant: str, database: str) -> dict[str, int]:
+        """Return seq, blobs, bytes, pending garbage, counters and keyrings (one MULTI)."""
+        with self._errors():
+            scope = self._scope(tenant, database)
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hget(scope.root, "seq")
+            pipe.hmget(scope.stats, "blobs", "bytes")
+            pipe.zcard(scope.garbage)
+            pipe.hlen(scope.counters)
+            pipe.hlen(scope.keyrings)
+            seq, (blobs, size), garbage, counters, keyrings = pipe.execute()
+        return {
+            "seq": int(seq or 0),
+            "blobs": int(blobs or 0),
+            "bytes": int(size or 0),
+            "garbage": garbage,
+            "counters": counters,
+            "keyrings": keyrings,
+        }
+
+    def close(self) -> None:
+        """Close the pool's connections; later calls raise."""
+        self._closed = True
+        self._pool.disconnect()
+
+    def __repr__(self) -> str:
+        return f"RedisStorage({self.url!r})"

@@ -1,0 +1,136 @@
+"""A private redis-server per test session (per xdist worker), and fresh RedisStorages on it.
+
+The server listens on a free loopback port (never 6379: a developer's own Redis is never
+touched), keeps nothing on disk, and is killed at the end of the session. A machine without
+``redis-server`` fails these tests loudly instead of skipping them: the Redis backend is the
+production one and must not go untested silently.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from blob_server.storage import RedisStorage
+
+INSTALL_HINT = (
+    "redis-server is not installed (or not on PATH); the Redis storage tests need it. "
+    "Install it: `apt-get install redis-server` (Debian/Ubuntu), `dnf install redis`, "
+    "`brew install redis`; .ci/run does this on CI."
+)
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    """A running redis-server started by the tests."""
+
+    port: int
+    process: subprocess.Popen
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def client(self, db: int = 0) -> redis.Redis:
+        return redis.Redis.from_url(self.url(db))
+
+
+def free_port() -> int:
+    """Return a loopback TCP port that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_redis_server(directory: Path, password: str | None = None) -> RedisServer:
+    """Start redis-server on a free port and wait until it answers PING."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    last_error = ""
+    for _ in range(5):  # another process may grab the free port before redis binds it
+        port = free_port()
+        log = directory / f"redis-{port}.log"
+        options = {
+            "port": str(port),
+            "bind": "127.0.0.1",
+            "save": "",
+            "appendonly": "no",
+            "dir": str(directory),
+            "databases": "16",
+            "loglevel": "warning",
+            "logfile": str(log),
+        }
+        if password:
+            options["requirepass"] = password
+        argv = [binary, *(arg for name, value in options.items() for arg in (f"--{name}", value))]
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(
+            host="127.0.0.1", port=port, password=password, socket_connect_timeout=0.5
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.ping():
+                    client.close()
+                    return RedisServer(port, process)
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        client.close()
+        stop_redis_server(process)
+        last_error = log.read_text(errors="replace") if log.exists() else "(no log)"
+    pytest.fail(f"redis-server did not start: {last_error}", pytrace=False)
+
+
+def stop_redis_server(process: subprocess.Popen) -> None:
+    """Terminate the server (kill it if it lingers) and reap it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
+    """One redis-server for this session (each xdist worker starts its own)."""
+    server = start_redis_server(tmp_path_factory.mktemp("redis"))
+    yield server
+    stop_redis_server(server.process)
+
+
+@pytest.fixture
+def redis_storage_factory(redis_server) -> Iterator:
+    """Make RedisStorages on database 0, emptied before the test; closed after it."""
+    admin = redis_server.client()
+    admin.flushdb()
+    opened: list[RedisStorage] = []
+
+    def make(**kwargs) -> RedisStorage:
+        store = RedisStorage(redis_server.url(), **kwargs)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+    admin.close()
+
+
+@pytest.fixture
+def redis_storage(redis_storage_factory) -> RedisStorage:
+    """A fresh RedisStorage on an empty database."""
+    return redis_storage_factory()

@@ -1,0 +1,225 @@
+"""What only the Redis backend has to show: opaque key names, one hash slot per database,
+large commits, separate clients racing, batched garbage collection, and a Redis that is
+down or restarted. The Storage contract itself runs on Redis in test_storage.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import pytest
+from redis.crc import key_slot
+
+from blob_server.exceptions import StorageUnavailableError
+from blob_server.storage import RedisStorage
+from blob_server.storage import redis as redis_backend
+from tests.server.conftest import free_port, start_redis_server, stop_redis_server
+from tests.server.test_storage import FakeClock, commit, new_id
+
+T, D = "tenant", "db"
+TAG = re.compile(rb"\{([0-9a-f]{32})\}")
+
+
+def all_keys(redis_server) -> list[bytes]:
+    return list(redis_server.client().scan_iter(count=1000))
+
+
+def test_key_names_reveal_no_names(redis_server, redis_storage):
+    tenant, database = "acme-corp-tenant", "payroll-database"
+    blob = new_id()
+    commit(redis_storage, 0, {blob: b"x"}, tenant=tenant, database=database)
+    commit(redis_storage, 1, {}, garbage=[blob], tenant=tenant, database=database)
+    redis_storage.allocate_ids(tenant, database, "app.Employee", 5)
+    redis_storage.put_keyring(tenant, database, "keyring-alice", b"k", expected=None)
+
+    keys = all_keys(redis_server)
+    assert keys
+    forbidden = ["acme", "corp", "tenant", "payroll", "database", "Employee", "alice"]
+    for key in keys:
+        assert key.startswith(b"zdb:")
+        for word in forbidden:
+            for form in (word.encode(), word.encode().hex().encode(), word.encode("utf-16-le")):
+                assert form.lower() not in key.lower(), (word, key)
+    # Counter and keyring names are hashed inside their hashes, too.
+    client = redis_server.client()
+    for key in keys:
+        if client.type(key) == b"hash":
+            for field in client.hkeys(key):
+                assert field in (b"seq", b"data", b"blobs", b"bytes") or len(field) == 16
+
+
+def test_every_key_of_a_database_shares_one_hash_slot(redis_server, redis_storage):
+    for database in ("one", "two"):
+        blobs = {new_id(): os.urandom(10) for _ in range(20)}
+        commit(redis_storage, 0, blobs, database=database)
+        commit(redis_storage, 1, {new_id(): b"y"}, garbage=list(blobs)[:5], database=database)
+        redis_storage.allocate_ids(T, database, "seq", 1)
+        redis_storage.put_keyring(T, database, "slot", b"k", expected=None)
+
+    by_tag: dict[bytes, list[bytes]] = {}
+    for key in all_keys(redis_server):
+        if key in (redis_backend.NAMESPACE_KEY, redis_backend.GC_SCOPES_KEY):
+            continue
+        tags = TAG.findall(key)
+        assert len(tags) == 1, key  # exactly one hash tag, so the slot is the tag's
+        assert key.startswith(b"zdb:{" + tags[0] + b"}:")
+        by_tag.setdefault(tags[0], []).append(key)
+    assert len(by_tag) == 2  # one scope per database
+    for keys in by_tag.values():
+        assert len(keys) >= 20 + 6  # blobs, root, stats, garbage, counters, keyrings
+        assert len({key_slot(k) for k in keys}) == 1
+    assert set(redis_server.client().smembers(redis_backend.GC_SCOPES_KEY)) == set(by_tag)
+
+
+def test_scope_tags_are_stable_across_instances_and_keyed(redis_server, redis_storage_factory):
+    first, second = redis_storage_factory(), redis_storage_factory()
+    commit(first, 0, root=b"r")
+    assert second.get_root(T, D).data == b"r"
+    namespace = redis_server.client().get(redis_backend.NAMESPACE_KEY)
+    assert len(namespace) == 32
+    tag = first._scope(T, D).tag
+    assert tag == second._scope(T, D).tag
+    # Without the namespace key the tag cannot be recomputed from the names alone.
+    redis_server.client().set(redis_backend.NAMESPACE_KEY, os.urandom(32))
+    assert redis_storage_factory()._scope(T, D).tag != tag
+
+
+def test_a_corrupt_namespace_key_is_refused(redis_server, redis_storage):
+    redis_server.client().set(redis_backend.NAMESPACE_KEY, b"short")
+    with pytest.raises(StorageUnavailableError, match="namespace key"):
+        redis_storage.get_root(T, D)
+
+
+def test_a_redis_that_evicts_keys_is_refused(redis_server, redis_storage_factory):
+    client = redis_server.client()
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(StorageUnavailableError, match="noeviction"):
+            redis_storage_factory().get_root(T, D)
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+    assert redis_storage_factory().get_root(T, D).seq == 0
+
+
+def test_commit_of_300_blobs_of_16_kib(redis_storage):
+    blobs = {new_id(): os.urandom(16 * 1024) for _ in range(300)}
+    garbage = [new_id() for _ in range(300)]
+    assert commit(redis_storage, 0, blobs, garbage=garbage).ok
+    assert redis_storage.get_blobs(T, D, list(blobs)) == blobs
+    stats = redis_storage.stats(T, D)
+    assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (300, 300 * 16384, 300)
+    # The conflict answer of such a commit changes nothing either.
+    more = {new_id(): os.urandom(16 * 1024) for _ in range(300)}
+    assert not commit(redis_storage, 0, more).ok
+    assert redis_storage.get_blobs(T, D, list(more)) == {}
+    assert redis_storage.stats(T, D)["blobs"] == 300
+
+
+def test_separate_clients_committing_from_threads_lose_nothing(redis_storage_factory):
+    written: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def worker():
+        store = redis_storage_factory()  # its own pool, as separate servers would have
+        try:
+            seq = store.get_root(T, D).seq
+            previous: list[bytes] = []
+            for _ in range(30):
+                blobs = {new_id(): os.urandom(256) for _ in range(3)}
+                while not (result := commit(store, seq, blobs, garbage=previous)).ok:
+                    seq = result.root.seq
+                seq = result.root.seq
+                written.extend(blobs)
+                previous = list(blobs)[:1]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    store = redis_storage_factory()
+    assert store.get_root(T, D).seq == 180
+    assert len(store.get_blobs(T, D, written)) == len(written) == 540
+    stats = store.stats(T, D)
+    assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (540, 540 * 256, 174)
+
+
+def test_garbage_collection_in_batches_honours_retention(redis_server, redis_storage_factory):
+    clock = FakeClock()
+    store = redis_storage_factory(clock=clock)
+    size = redis_backend._GC_BATCH * 2 + 37  # several script runs
+    old = {new_id(): b"o" * 10 for _ in range(size)}
+    commit(store, 0, old)
+    commit(store, 1, {}, garbage=list(old))
+    clock.now += 30
+    young = {new_id(): b"y" * 10 for _ in range(5)}
+    commit(store, 2, young)
+    commit(store, 3, {}, garbage=list(young))
+
+    assert store.collect_garbage(retention=31) == 0
+    assert store.collect_garbage(retention=30) == size  # boundary: exactly 30 s old is due
+    assert store.get_blobs(T, D, list(old)) == {}
+    assert store.get_blobs(T, D, list(young)) == young
+    stats = store.stats(T, D)
+    assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (5, 50, 5)
+    client = redis_server.client()
+    assert client.smembers(redis_backend.GC_SCOPES_KEY)  # young garbage still pending
+
+    clock.now += 30
+    assert store.collect_garbage(retention=30) == 5
+    assert store.stats(T, D)["blobs"] == 0
+    assert client.scard(redis_backend.GC_SCOPES_KEY) == 0  # nothing left to visit
+    commit(store, 4, {}, garbage=[new_id()])  # a later commit registers the scope again
+    assert client.scard(redis_backend.GC_SCOPES_KEY) == 1
+
+
+def test_scripts_are_reloaded_after_script_flush(redis_server, redis_storage):
+    assert commit(redis_storage, 0).ok
+    redis_server.client().script_flush()
+    assert commit(redis_storage, 1, garbage=[new_id()]).ok  # pipelined EVALSHA path
+    redis_server.client().script_flush()
+    assert commit(redis_storage, 2).ok  # plain path
+    redis_server.client().script_flush()
+    assert redis_storage.put_keyring(T, D, "k", b"x", expected=None)
+    assert redis_storage.get_root(T, D).seq == 3
+
+
+def test_a_redis_that_is_down_raises_storage_unavailable():
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    store = RedisStorage(url, connect_timeout=2)  # building it does not connect
+    for call in (
+        lambda: store.get_root(T, D),
+        lambda: store.get_blobs(T, D, [new_id()]),
+        lambda: commit(store, 0),
+        lambda: store.collect_garbage(),
+    ):
+        with pytest.raises(StorageUnavailableError, match=re.escape(url)):
+            call()
+    store.close()
+
+
+def test_a_redis_that_goes_away_raises_and_passwords_stay_out(tmp_path):
+    server = start_redis_server(tmp_path, password="s3cret-pw")
+    try:
+        store = RedisStorage(f"redis://:hunter2@127.0.0.1:{server.port}/0")
+        assert "hunter2" not in repr(store)
+        with pytest.raises(StorageUnavailableError) as info:  # a wrong password
+            store.get_root(T, D)
+        assert "hunter2" not in str(info.value)
+        assert str(server.port) in str(info.value)
+        store.close()
+
+        store = RedisStorage(f"redis://:s3cret-pw@127.0.0.1:{server.port}/0")
+        assert "s3cret-pw" not in repr(store)
+        assert commit(store, 0).ok
+    finally:
+        stop_redis_server(server.process)
+    with pytest.raises(StorageUnavailableError, match=str(server.port)):
+        store.get_root(T, D)
+    store.close()
+    with pytest.raises(StorageUnavailableError, match="closed"):
+        store.get_root(T, D)
