@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
@@ -36,6 +36,9 @@ from zerodb_core.serialization import pack, unpack
 from zerodb_core.transaction import DeleteRecord, EnsureModel, PutRecords, Transaction, View
 from zerodb_core.transport import LocalTransport, Transport, open_local_transport
 
+if TYPE_CHECKING:
+    from zerodb_core.keyfile import KeyFile
+
 DEFAULT_DATABASE = "main"
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
 MAX_COMMIT_RETRIES = 16
@@ -51,10 +54,12 @@ GARBAGE_RETENTION = DEFAULT_RETENTION_SECONDS
 class DB:
     """An encrypted database, reached through a store.
 
-    ``store`` is ``"memory://"``, ``"sqlite:///path/file.zdb"``, a ``Storage`` or a
-    ``Transport``. ``kdf`` is the Argon2id preset used when the keyring is first created
-    (``"moderate"``; ``"fast"`` only for tests; the ``ZERODB_KDF`` environment variable
-    sets the default). ``freshness_path`` is where the highest root seen is remembered
+    ``store`` is ``"memory://"``, ``"sqlite:///path/file.zdb"``, a ``Storage``, a
+    ``Transport``, or ``(host, port)`` of a blob server, reached as the tenant of
+    ``key_file`` (a path opened with ``password``, or a ``KeyFile``; default
+    ``$ZERODB_KEY_FILE``). ``kdf`` is the Argon2id preset used when the keyring is first
+    created (``"moderate"``; ``"fast"`` only for tests; the ``ZERODB_KDF`` environment
+    variable sets the default). ``freshness_path`` is where the highest root seen is remembered
     (default: beside an SQLite store, else in memory). ``node_bytes`` is the size at
     which tree nodes split (tests make it small to get deep trees from little data).
     """
@@ -71,12 +76,13 @@ class DB:
         freshness_path: str | os.PathLike | None = None,
         delay: float = 0.0,
         node_bytes: int = NODE_MAX_BYTES,
+        key_file: str | os.PathLike | KeyFile | None = None,
     ) -> None:
         if not password:
             raise QueryError("a password (passphrase) is required to open an encrypted database")
         self.database = database
         self.node_bytes = node_bytes
-        self.transport = _open_transport(store, delay)
+        self.transport = _open_transport(store, delay, key_file=key_file, password=password)
         self.freshness = _freshness_for(store, freshness_path)
         self.keyring = self._unlock(
             username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
@@ -347,19 +353,41 @@ class DB:
         self.close()
 
 
-def _open_transport(store, delay: float) -> Transport:
+def _open_transport(store, delay: float, *, key_file=None, password=None) -> Transport:
     if isinstance(store, Transport):
         return store
     if isinstance(store, Storage):
         return LocalTransport(store, delay=delay)
     if isinstance(store, tuple):
-        raise NotSupportedError(
-            "the remote blob server client is not built yet; use an embedded store "
-            "(DB('sqlite:///path/file.zdb', ...) or DB('memory://', ...))"
-        )
+        return _open_remote(store, delay, key_file, password)
     if isinstance(store, str):
         return open_local_transport(store, delay=delay)
     raise QueryError(f"unknown store {store!r}")
+
+
+def _open_remote(address: tuple, delay: float, key_file, password) -> Transport:
+    """Log in to the blob server at ``(host, port)`` with the key file's login key.
+
+    The key file (``key_file=`` or ``$ZERODB_KEY_FILE``) is a path opened with the
+    database passphrase, or an already opened ``KeyFile``; it names the tenant.
+    """
+    # Imported here so ``python -m zerodb_core.keyfile`` does not import itself twice.
+    from zerodb_core.keyfile import KeyFile
+    from zerodb_core.transport.remote import RemoteTransport
+
+    if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
+        raise QueryError(f"a remote store is (host, port), not {address!r}")
+    key_file = key_file if key_file is not None else os.environ.get("ZERODB_KEY_FILE")
+    if key_file is None:
+        raise NotSupportedError(
+            "a blob server needs a key file: DB((host, port), ..., key_file=PATH) "
+            "(create one with `python -m zerodb_core.keyfile create`)"
+        )
+    if not isinstance(key_file, KeyFile):
+        key_file = KeyFile.load(key_file, password)
+    return RemoteTransport(
+        address[0], address[1], tenant=key_file.tenant, login_key=key_file.login_key, delay=delay
+    )
 
 
 def _freshness_for(store, path) -> FreshnessTracker:

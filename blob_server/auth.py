@@ -1,0 +1,172 @@
+"""Challenge-response login with secp256k1 keys, and the rate limit on failed logins.
+
+1. The client asks for a ``challenge``; the server answers its id, a fresh random
+   32-byte nonce (kept by this connection only, valid for ``NONCE_TTL`` seconds) and
+   its clock.
+2. The client signs ``protocol.login_digest(server_id, tenant, public_key, nonce, time)``
+   with its random login key (ECDSA over the raw 32-byte digest, DER) and sends
+   ``login {tenant, public_key, time, signature}``.
+3. The server consumes the nonce (single use, whatever the outcome), then checks the
+   key is registered for that tenant, the nonce is fresh, ``time`` is within
+   ``CLOCK_SKEW`` of its own clock, and the signature is valid. The session is then
+   bound to that tenant for the rest of the connection; no later request can name a
+   tenant.
+
+Every failure answers the same ``auth_failed`` error (the reason is logged on the
+server only), so an attacker learns nothing about which tenants or keys exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coincurve import PublicKey
+
+from blob_server import protocol
+from blob_server.tenants import PUBLIC_KEY_BYTES, TenantRegistry
+
+NONCE_TTL = 30.0
+CLOCK_SKEW = 60.0
+MAX_SIGNATURE_BYTES = 72  # DER-encoded secp256k1 ECDSA
+MAX_FAILURES = 10  # failed logins per address ...
+FAILURE_WINDOW = 60.0  # ... within this many seconds, then refused until they age out
+MAX_TRACKED_ADDRESSES = 10_000
+
+log = logging.getLogger("blob_server.auth")
+
+
+class LoginRefusedError(Exception):
+    """A login failed. ``code`` goes to the client; ``reason`` only to the server log."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Challenge:
+    nonce: bytes
+    issued: float
+
+
+class Authenticator:
+    """Issue challenges and check logins against a ``TenantRegistry``."""
+
+    def __init__(
+        self,
+        registry: TenantRegistry,
+        *,
+        clock: Callable[[], float] = time.time,
+        nonce_ttl: float = NONCE_TTL,
+        clock_skew: float = CLOCK_SKEW,
+        max_failures: int = MAX_FAILURES,
+        failure_window: float = FAILURE_WINDOW,
+    ) -> None:
+        self.registry = registry
+        self.server_id = registry.ensure_server_id()
+        self.clock = clock
+        self.nonce_ttl = nonce_ttl
+        self.clock_skew = clock_skew
+        self.max_failures = max_failures
+        self.failure_window = failure_window
+        self._failures: dict[str, deque[float]] = {}
+
+    def challenge(self) -> tuple[Challenge, dict]:
+        """Return a new challenge and the answer that carries it."""
+        now = self.clock()
+        challenge = Challenge(os.urandom(protocol.NONCE_BYTES), now)
+        answer = {
+            "version": protocol.PROTOCOL_VERSION,
+            "server_id": self.server_id,
+            "nonce": challenge.nonce,
+            "time": int(now),
+        }
+        return challenge, answer
+
+    # -- rate limit --------------------------------------------------------------------------
+
+    def _recent_failures(self, address: str, now: float) -> deque[float]:
+        failures = self._failures.get(address)
+        if failures is None:
+            if len(self._failures) >= MAX_TRACKED_ADDRESSES:
+                self._prune(now)
+            failures = self._failures[address] = deque()
+        while failures and failures[0] <= now - self.failure_window:
+            failures.popleft()
+        return failures
+
+    def _prune(self, now: float) -> None:
+        horizon = now - self.failure_window
+        for address in [a for a, f in self._failures.items() if not f or f[-1] <= horizon]:
+            del self._failures[address]
+        if len(self._failures) >= MAX_TRACKED_ADDRESSES:  # a flood of addresses: start over
+            self._failures.clear()
+
+    def is_limited(self, address: str) -> bool:
+        """Whether ``address`` has failed too many logins recently."""
+        return len(self._recent_failures(address, self.clock())) >= self.max_failures
+
+    # -- login -------------------------------------------------------------------------------
+
+    def login(self, address: str, challenge: Challenge | None, args: dict) -> tuple[str, bytes]:
+        """Check a login; return ``(tenant, public_key)`` or raise ``LoginRefusedError``.
+
+        The caller must drop ``challenge`` before calling (single use).
+        """
+        now = self.clock()
+        failures = self._recent_failures(address, now)
+        if len(failures) >= self.max_failures:
+            raise LoginRefusedError(
+                protocol.RATE_LIMITED, "too many failed logins from this address"
+            )
+        try:
+            return self._check(challenge, args, now)
+        except LoginRefusedError:
+            failures.append(now)
+            raise
+
+    def _check(self, challenge: Challenge | None, args: dict, now: float) -> tuple[str, bytes]:
+        def refuse(reason: str) -> LoginRefusedError:
+            return LoginRefusedError(protocol.AUTH_FAILED, reason)
+
+        if set(args) != {"tenant", "public_key", "time", "signature"}:
+            raise refuse("login arguments are tenant, public_key, time, signature")
+        tenant, public_key = args["tenant"], args["public_key"]
+        timestamp, signature = args["time"], args["signature"]
+        if type(tenant) is not str or not 0 < len(tenant) <= 64:
+            raise refuse("malformed tenant")
+        if type(public_key) is not bytes or len(public_key) != PUBLIC_KEY_BYTES:
+            raise refuse("malformed public key")
+        if type(timestamp) is not int or abs(timestamp) >= 2**62:
+            raise refuse("malformed time")
+        if type(signature) is not bytes or not 8 <= len(signature) <= MAX_SIGNATURE_BYTES:
+            raise refuse("malformed signature")
+        if challenge is None:
+            raise refuse("no challenge was issued on this connection (or it was used)")
+        if now - challenge.issued > self.nonce_ttl:
+            raise refuse("the challenge expired")
+        if abs(now - timestamp) > self.clock_skew:
+            raise refuse("client clock too far from the server's")
+        digest = protocol.login_digest(
+            self.server_id, tenant, public_key, challenge.nonce, timestamp
+        )
+        try:
+            valid = PublicKey(public_key).verify(signature, digest, hasher=None)
+        except Exception:  # malformed DER or key: coincurve raises ValueError
+            valid = False
+        # The signature is checked before the registry so that both refusals cost the same.
+        if not valid:
+            raise refuse("bad signature")
+        try:
+            self.registry.refresh()
+        except Exception as exc:  # keep the last good registry; an admin must fix the file
+            log.error("event=tenants_reload_failed error=%s", type(exc).__name__)
+        if not self.registry.is_registered(tenant, public_key):
+            raise refuse("key not registered for this tenant")
+        return tenant, public_key

@@ -1,0 +1,265 @@
+"""The wire protocol of the blob server, shared by the server and the remote client.
+
+A frame is a 4-byte big-endian body length followed by a msgpack body::
+
+    request:   [request_id: int, op: str, args: map]
+    response:  [request_id, "ok", result]
+               [request_id, "error", {"code": str, "message": str}]
+
+Request ids are chosen by the client and echoed by the server, so a client may send
+several requests before reading the answers (pipelining); the server answers each
+connection's requests in the order they arrived.
+
+Everything here treats its input as hostile: a frame longer than ``MAX_FRAME_BYTES`` is
+refused from its header alone, and a body that does not decode, has the wrong shape or
+wrong types raises ``ProtocolError`` (never anything else), which the server turns into
+an error frame.
+
+The login message (``login_digest``) lives here too, so that the server that checks a
+signature and the client that makes it cannot disagree on the bytes signed. This module
+imports nothing from ``zerodb_core``: the server cannot decrypt, and the imports show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+
+PROTOCOL_VERSION: Final = 1
+
+#: Largest frame body either side accepts (a commit of many 16 KiB nodes fits easily).
+MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
+#: Largest frame accepted before login (a challenge or login is a few hundred bytes), so
+#: an anonymous peer cannot make the server buffer 64 MiB.
+MAX_PREAUTH_FRAME_BYTES: Final = 64 * 1024
+#: Largest single blob or root the server accepts in a commit.
+MAX_BLOB_BYTES: Final = 32 * 1024 * 1024
+#: Most blob ids in one get_blobs request, or new blobs / garbage ids in one commit.
+MAX_IDS_PER_REQUEST: Final = 4096
+#: A get_blobs answer stops adding blobs past this many bytes and defers the rest.
+MAX_RESPONSE_BLOB_BYTES: Final = 48 * 1024 * 1024
+#: Request ids are unsigned 63-bit integers.
+MAX_REQUEST_ID: Final = 2**63 - 1
+#: Longest op name, error code or message.
+MAX_OP_LENGTH: Final = 32
+MAX_MESSAGE_LENGTH: Final = 1024
+
+LENGTH: Final = struct.Struct(">I")
+LOGIN_DOMAIN: Final = b"zerodb-login-v1"
+NONCE_BYTES: Final = 32
+
+OK: Final = "ok"
+ERROR: Final = "error"
+
+# Error codes (the client maps them to its own exceptions).
+BAD_FRAME: Final = "bad_frame"
+BAD_REQUEST: Final = "bad_request"
+UNKNOWN_OP: Final = "unknown_op"
+UNAUTHENTICATED: Final = "unauthenticated"
+AUTH_FAILED: Final = "auth_failed"
+RATE_LIMITED: Final = "rate_limited"
+BLOB_EXISTS: Final = "blob_exists"
+QUOTA: Final = "quota"
+TOO_LARGE: Final = "too_large"
+BUSY: Final = "busy"
+UNAVAILABLE: Final = "unavailable"
+INTERNAL: Final = "internal"
+
+
+class ProtocolError(Exception):
+    """A frame or body is malformed. ``request_id`` is set if it could be read."""
+
+    def __init__(self, message: str, *, code: str = BAD_FRAME, request_id: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.request_id = request_id
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame header announced more than the limit; the stream cannot be resynchronised."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    request_id: int
+    op: str
+    args: dict
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    request_id: int
+    ok: bool
+    result: Any  # the result, or (code, message) for an error
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def _pack(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    if len(body) > MAX_FRAME_BYTES:
+        raise FrameTooLargeError(
+            f"frame of {len(body)} bytes exceeds the limit of {MAX_FRAME_BYTES}", code=TOO_LARGE
+        )
+    return LENGTH.pack(len(body)) + body
+
+
+def request_frame(request_id: int, op: str, args: dict) -> bytes:
+    """Return the frame of one request."""
+    return _pack([request_id, op, args])
+
+
+def ok_frame(request_id: int, result: object) -> bytes:
+    """Return the frame of a successful answer."""
+    return _pack([request_id, OK, result])
+
+
+def error_frame(request_id: int, code: str, message: str) -> bytes:
+    """Return the frame of an error answer (the message is truncated to a safe length)."""
+    return _pack([request_id, ERROR, {"code": code, "message": message[:MAX_MESSAGE_LENGTH]}])
+
+
+# -- decoding ------------------------------------------------------------------------------
+
+
+def _refuse_ext(code: int, data: bytes) -> object:
+    raise ValueError(f"msgpack ext type {code} is not part of the protocol")
+
+
+def decode_body(body: bytes) -> object:
+    """Decode one msgpack body strictly; raise ``ProtocolError`` on anything malformed."""
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError("frame too large", code=TOO_LARGE)
+    try:
+        return msgpack.unpackb(
+            body,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,  # map keys are str or bytes only
+            ext_hook=_refuse_ext,
+        )  # unpackb bounds every str/bin/array/map length by len(body)
+    except Exception as exc:  # msgpack raises many types for malformed input
+        raise ProtocolError(f"body does not decode ({type(exc).__name__})") from None
+
+
+def _request_id(value: object) -> int | None:
+    if type(value) is int and 0 <= value <= MAX_REQUEST_ID:
+        return value
+    return None
+
+
+def parse_request(body: bytes) -> Request:
+    """Decode a request body; raise ``ProtocolError`` (with the request id if known)."""
+    obj = decode_body(body)
+    if type(obj) is not list or len(obj) != 3:
+        raise ProtocolError("a request is [request_id, op, args]")
+    request_id = _request_id(obj[0])
+    if request_id is None:
+        raise ProtocolError("request_id must be an int in [0, 2**63)")
+    op, args = obj[1], obj[2]
+    if type(op) is not str or not 0 < len(op) <= MAX_OP_LENGTH:
+        raise ProtocolError("op must be a short str", request_id=request_id)
+    if type(args) is not dict:
+        raise ProtocolError("args must be a map", request_id=request_id)
+    if not all(type(k) is str for k in args):
+        raise ProtocolError("argument names must be str", request_id=request_id)
+    return Request(request_id, op, args)
+
+
+def parse_response(body: bytes) -> Response:
+    """Decode a response body; raise ``ProtocolError`` on any malformed shape."""
+    obj = decode_body(body)
+    if type(obj) is not list or len(obj) != 3:
+        raise ProtocolError("a response is [request_id, status, result]")
+    request_id = _request_id(obj[0])
+    if request_id is None:
+        raise ProtocolError("response request_id must be an int in [0, 2**63)")
+    status, result = obj[1], obj[2]
+    if status == OK:
+        return Response(request_id, True, result)
+    if status == ERROR:
+        if (
+            type(result) is not dict
+            or type(result.get("code")) is not str
+            or type(result.get("message")) is not str
+        ):
+            raise ProtocolError("an error answer is {code: str, message: str}")
+        return Response(request_id, False, (result["code"], result["message"]))
+    raise ProtocolError("response status must be 'ok' or 'error'")
+
+
+def check_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
+    """Return the body length announced by a 4-byte header, refusing oversized frames."""
+    (length,) = LENGTH.unpack(header)
+    if length > limit:
+        raise FrameTooLargeError(
+            f"frame of {length} bytes exceeds the limit of {limit}", code=TOO_LARGE
+        )
+    return length
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes | None:
+    """Read one frame body from an asyncio stream; None at a clean end of stream.
+
+    Raise ``FrameTooLargeError`` for an oversized header and ``asyncio.IncompleteReadError``
+    for a stream that ends inside a frame.
+    """
+    try:
+        header = await reader.readexactly(LENGTH.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise
+    return await reader.readexactly(check_length(header, limit))
+
+
+def recv_frame(sock: socket.socket, limit: int = MAX_FRAME_BYTES) -> bytes:
+    """Read one frame body from a blocking socket; raise ``ConnectionError`` at EOF."""
+    length = check_length(_recv_exactly(sock, LENGTH.size), limit)
+    return _recv_exactly(sock, length)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:], min(size - got, 1 << 20))
+        if n == 0:
+            raise ConnectionError("the server closed the connection")
+        got += n
+    return bytes(buf)
+
+
+# -- login ---------------------------------------------------------------------------------
+
+
+def _lp(value: bytes) -> bytes:
+    return LENGTH.pack(len(value)) + value
+
+
+def login_digest(
+    server_id: str, tenant: str, public_key: bytes, nonce: bytes, timestamp: int
+) -> bytes:
+    """Return the 32-byte BLAKE2b digest a client signs to log in.
+
+    The message is domain-separated and every field is length-prefixed, so no two
+    different logins can sign the same bytes, and a signature for one server, tenant,
+    key or nonce is worthless for another.
+    """
+    message = (
+        LOGIN_DOMAIN
+        + _lp(server_id.encode("utf-8"))
+        + _lp(tenant.encode("utf-8"))
+        + _lp(public_key)
+        + _lp(nonce)
+        + struct.pack(">q", timestamp)
+    )
+    return hashlib.blake2b(message, digest_size=32).digest()

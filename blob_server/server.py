@@ -1,0 +1,496 @@
+"""The asyncio TCP blob server: frames in, storage calls, frames out.
+
+One task per connection reads frames and answers them in order (a client may pipeline:
+it sends several requests and matches the answers by request id). Storage backends are
+synchronous, so every storage call runs in a worker thread (``asyncio.to_thread``).
+
+Trust boundary: everything a client sends is hostile. Frames are size-checked from their
+header, bodies are decoded strictly (``protocol.parse_request``), every argument is
+type-checked here and again by the storage layer, and a failure of any kind becomes an
+error frame (or, when the stream cannot be trusted any more, a closed connection); other
+connections never notice. After login the session's tenant is the only tenant any
+storage call ever sees: requests have no way to name one (an unknown argument is refused).
+
+Logs are ``key=value`` lines and never contain blob contents, roots, keyrings or
+signatures: only ops, sizes, counts, peers and tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import ssl as ssl_module
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from blob_server import protocol
+from blob_server.auth import Authenticator, Challenge, LoginRefusedError
+from blob_server.exceptions import (
+    BlobExistsError,
+    InvalidRequestError,
+    QuotaExceededError,
+    StorageUnavailableError,
+)
+from blob_server.storage import Storage
+from blob_server.storage.base import BLOB_ID_SIZE
+from blob_server.storage.validation import MAX_NAME_LENGTH
+
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_IDLE_TIMEOUT = 300.0
+DEFAULT_GC_INTERVAL = 60.0
+WRITE_TIMEOUT = 30.0
+
+log = logging.getLogger("blob_server.server")
+
+_conn_ids = itertools.count(1)
+
+
+def _fmt(event: str, fields: dict[str, Any]) -> str:
+    parts = [f"event={event}"]
+    for key, value in fields.items():
+        text = str(value)
+        if not text or any(c in text for c in ' ="\n'):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def log_event(level: int, event: str, **fields: Any) -> None:
+    """Log one structured ``event=... key=value`` line (values only, never contents)."""
+    if log.isEnabledFor(level):
+        log.log(level, _fmt(event, fields))
+
+
+class RequestError(Exception):
+    """An error answer for one request; the connection goes on."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection: its peer, pending challenge, and (after login) its tenant."""
+
+    conn_id: int
+    peer: str
+    address: str
+    challenge: Challenge | None = None
+    tenant: str | None = None
+    requests: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+# -- argument checks ------------------------------------------------------------------------
+
+
+def _args(args: dict, required: dict[str, type], optional: dict[str, type] | None = None) -> dict:
+    """Return ``args`` if it has exactly the required (and maybe the optional) names with
+    the right types; an unknown name is an error (a request cannot smuggle a tenant)."""
+    optional = optional or {}
+    unknown = set(args) - set(required) - set(optional)
+    if unknown:
+        raise RequestError(protocol.BAD_REQUEST, f"unknown argument(s): {sorted(unknown)!r}")
+    for name in required:
+        if name not in args:
+            raise RequestError(protocol.BAD_REQUEST, f"missing argument {name!r}")
+    for name, kind in {**required, **optional}.items():
+        if name in args and not _is(args[name], kind):
+            raise RequestError(protocol.BAD_REQUEST, f"argument {name!r} has the wrong type")
+    return args
+
+
+def _is(value: object, kind: type) -> bool:
+    if kind is object:
+        return True
+    if kind is int:
+        return type(value) is int
+    if kind is type(None):
+        return value is None
+    return type(value) is kind
+
+
+def _database(args: dict) -> str:
+    name = args["database"]
+    if not 0 < len(name) <= MAX_NAME_LENGTH or "\x00" in name:
+        raise RequestError(protocol.BAD_REQUEST, "bad database name")
+    return name
+
+
+def _id_list(value: list, what: str) -> list[bytes]:
+    if len(value) > protocol.MAX_IDS_PER_REQUEST:
+        raise RequestError(
+            protocol.TOO_LARGE, f"at most {protocol.MAX_IDS_PER_REQUEST} {what} per request"
+        )
+    for item in value:
+        if type(item) is not bytes or len(item) != BLOB_ID_SIZE:
+            raise RequestError(protocol.BAD_REQUEST, f"{what} must be {BLOB_ID_SIZE}-byte ids")
+    return value
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+class BlobServer:
+    """Serve one ``Storage`` to authenticated tenants over TCP (optionally TLS)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        authenticator: Authenticator,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        gc_interval: float = DEFAULT_GC_INTERVAL,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
+        self.storage = storage
+        self.auth = authenticator
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self.gc_interval = gc_interval
+        self.ssl = ssl
+        self.connections = 0
+        self.total_connections = 0
+        self.total_requests = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._gc_task: asyncio.Task | None = None
+        self._ops: dict[str, Callable[[Session, dict], Awaitable[object]]] = {
+            "challenge": self._op_challenge,
+            "hello": self._op_challenge,
+            "login": self._op_login,
+            "ping": self._op_ping,
+            "get_blobs": self._op_get_blobs,
+            "get_root": self._op_get_root,
+            "commit": self._op_commit,
+            "allocate_ids": self._op_allocate_ids,
+            "get_keyring": self._op_get_keyring,
+            "put_keyring": self._op_put_keyring,
+            "stats": self._op_stats,
+        }
+        self._public_ops = {"challenge", "hello", "login", "ping"}
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        """Start listening; return the asyncio server (its sockets give the bound port)."""
+        self._server = await asyncio.start_server(
+            self._handle, host, port, ssl=self.ssl, limit=2**16
+        )
+        if self.gc_interval > 0:
+            self._gc_task = asyncio.create_task(self._collect_garbage())
+        bound = self._server.sockets[0].getsockname()
+        log_event(
+            logging.INFO,
+            "listening",
+            bind=f"{bound[0]}:{bound[1]}",
+            tls="on" if self.ssl else "off",
+            server_id=self.auth.server_id,
+        )
+        return self._server
+
+    async def close(self) -> None:
+        """Stop accepting, stop the garbage collector."""
+        if self._gc_task is not None:
+            self._gc_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._gc_task
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):  # idle clients must not hold the shutdown
+                writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _collect_garbage(self) -> None:
+        while True:
+            await asyncio.sleep(self.gc_interval)
+            try:
+                deleted = await asyncio.to_thread(self.storage.collect_garbage)
+                if deleted:
+                    log_event(logging.INFO, "garbage_collected", blobs=deleted)
+            except Exception as exc:
+                log_event(logging.ERROR, "garbage_failed", error=type(exc).__name__)
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
+        session = Session(next(_conn_ids), peer, address)
+        if self.connections >= self.max_connections:
+            log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
+            await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
+            return
+        self.connections += 1
+        self.total_connections += 1
+        self._writers.add(writer)
+        log_event(logging.INFO, "connected", conn=session.conn_id, peer=peer)
+        why = "eof"
+        try:
+            why = await self._serve(session, reader, writer)
+        except Exception as exc:  # a bug must cost one connection, never the server
+            why = "internal"
+            # The exception's type only: a message could quote request data.
+            log_event(
+                logging.ERROR, "connection_failed", conn=session.conn_id, error=type(exc).__name__
+            )
+        finally:
+            self.connections -= 1
+            self._writers.discard(writer)
+            log_event(
+                logging.INFO,
+                "disconnected",
+                conn=session.conn_id,
+                peer=peer,
+                tenant=session.tenant or "-",
+                requests=session.requests,
+                why=why,
+            )
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 2)
+
+    async def _send_last(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
+        with contextlib.suppress(Exception):
+            writer.write(frame)
+            await asyncio.wait_for(writer.drain(), 2)
+        writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.wait_closed(), 2)
+
+    async def _serve(
+        self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> str:
+        """Answer frames until the peer leaves; return why the connection ended."""
+        while True:
+            try:
+                limit = (
+                    protocol.MAX_FRAME_BYTES
+                    if session.tenant is not None
+                    else protocol.MAX_PREAUTH_FRAME_BYTES
+                )
+                body = await asyncio.wait_for(protocol.read_frame(reader, limit), self.idle_timeout)
+            except TimeoutError:
+                writer.write(protocol.error_frame(0, protocol.BAD_FRAME, "idle timeout"))
+                return "idle"
+            except protocol.FrameTooLargeError as exc:
+                # The body was not read: the stream cannot be resynchronised. Answer and close.
+                writer.write(protocol.error_frame(0, exc.code, str(exc)))
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.drain(), 2)
+                log_event(logging.WARNING, "frame_too_large", conn=session.conn_id)
+                return "frame_too_large"
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                return "reset"
+            if body is None:
+                return "eof"
+            frame = await self._answer(session, body)
+            writer.write(frame)
+            try:
+                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+            except (TimeoutError, ConnectionError, OSError):
+                return "write_failed"
+
+    async def _answer(self, session: Session, body: bytes) -> bytes:
+        """Return the answer frame to one request body (never raise)."""
+        session.requests += 1
+        self.total_requests += 1
+        started = time.perf_counter()
+        request_id, op = 0, "-"
+        try:
+            request = protocol.parse_request(body)
+            request_id, op = request.request_id, request.op
+            handler = self._ops.get(op)
+            if handler is None:
+                raise RequestError(protocol.UNKNOWN_OP, f"unknown op {op[:32]!r}")
+            if op not in self._public_ops and session.tenant is None:
+                raise RequestError(protocol.UNAUTHENTICATED, "log in first")
+            result = await handler(session, request.args)
+            frame = protocol.ok_frame(request_id, result)
+            status = "ok"
+        except protocol.ProtocolError as exc:
+            frame = protocol.error_frame(exc.request_id, exc.code, str(exc))
+            status = exc.code
+        except RequestError as exc:
+            frame = protocol.error_frame(request_id, exc.code, str(exc))
+            status = exc.code
+        except Exception as exc:
+            log_event(
+                logging.ERROR, "op_failed", conn=session.conn_id, op=op, error=type(exc).__name__
+            )
+            frame = protocol.error_frame(request_id, protocol.INTERNAL, "internal error")
+            status = protocol.INTERNAL
+        if log.isEnabledFor(logging.DEBUG):
+            log_event(
+                logging.DEBUG,
+                "request",
+                conn=session.conn_id,
+                tenant=session.tenant or "-",
+                op=op,
+                status=status,
+                bytes_in=len(body),
+                bytes_out=len(frame),
+                ms=f"{(time.perf_counter() - started) * 1000:.2f}",
+            )
+        return frame
+
+    async def _storage(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a storage call in a worker thread; map its errors to error answers."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except BlobExistsError as exc:
+            raise RequestError(protocol.BLOB_EXISTS, str(exc)) from None
+        except InvalidRequestError as exc:
+            raise RequestError(protocol.BAD_REQUEST, str(exc)) from None
+        except QuotaExceededError as exc:
+            raise RequestError(protocol.QUOTA, str(exc)) from None
+        except StorageUnavailableError as exc:
+            log_event(logging.ERROR, "storage_unavailable", error=type(exc).__name__)
+            raise RequestError(protocol.UNAVAILABLE, "storage unavailable") from None
+
+    # -- operations ------------------------------------------------------------------------
+
+    async def _op_challenge(self, session: Session, args: dict) -> object:
+        _args(args, {})
+        if session.tenant is not None:
+            raise RequestError(protocol.BAD_REQUEST, "already logged in")
+        session.challenge, answer = self.auth.challenge()
+        return answer
+
+    async def _op_login(self, session: Session, args: dict) -> object:
+        if session.tenant is not None:
+            raise RequestError(protocol.BAD_REQUEST, "already logged in")
+        challenge, session.challenge = session.challenge, None  # single use, whatever happens
+        try:
+            tenant, public_key = self.auth.login(session.address, challenge, args)
+        except LoginRefusedError as exc:
+            log_event(
+                logging.WARNING,
+                "login_refused",
+                conn=session.conn_id,
+                peer=session.peer,
+                code=exc.code,
+                reason=exc.reason,
+            )
+            message = (
+                "too many failed logins" if exc.code == protocol.RATE_LIMITED else ("login refused")
+            )
+            raise RequestError(exc.code, message) from None
+        session.tenant = tenant
+        log_event(
+            logging.INFO,
+            "login",
+            conn=session.conn_id,
+            peer=session.peer,
+            tenant=tenant,
+            key=public_key.hex()[:16],
+        )
+        return {"tenant": tenant}
+
+    async def _op_ping(self, session: Session, args: dict) -> object:
+        _args(args, {})
+        return {"time": time.time(), "authenticated": session.tenant is not None}
+
+    async def _op_get_blobs(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str, "ids": list})
+        ids = _id_list(args["ids"], "ids")
+        found = await self._storage(self.storage.get_blobs, session.tenant, _database(args), ids)
+        # Keep the answer under the frame limit: blobs past the budget are deferred and the
+        # client asks for them again (at least one blob always goes out, so it progresses).
+        blobs: dict[bytes, bytes] = {}
+        deferred: list[bytes] = []
+        size = 0
+        for blob_id in ids:
+            data = found.get(blob_id)
+            if data is None:
+                continue
+            if blobs and size + len(data) > protocol.MAX_RESPONSE_BLOB_BYTES:
+                deferred.append(blob_id)
+                continue
+            blobs[blob_id] = data
+            size += len(data) + BLOB_ID_SIZE
+        return {"blobs": blobs, "deferred": deferred}
+
+    async def _op_get_root(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str})
+        root = await self._storage(self.storage.get_root, session.tenant, _database(args))
+        return {"seq": root.seq, "data": root.data}
+
+    async def _op_commit(self, session: Session, args: dict) -> object:
+        _args(
+            args,
+            {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
+        )
+        blobs = args["blobs"]
+        if len(blobs) > protocol.MAX_IDS_PER_REQUEST:
+            raise RequestError(protocol.TOO_LARGE, "too many blobs in one commit")
+        _id_list(list(blobs), "blob ids")
+        for data in blobs.values():
+            if type(data) is not bytes or len(data) > protocol.MAX_BLOB_BYTES:
+                raise RequestError(protocol.BAD_REQUEST, "a blob is not bytes or too large")
+        if len(args["root"]) > protocol.MAX_BLOB_BYTES:
+            raise RequestError(protocol.TOO_LARGE, "root too large")
+        garbage = _id_list(args["garbage"], "garbage ids")
+        result = await self._storage(
+            self.storage.commit,
+            session.tenant,
+            _database(args),
+            expected_seq=args["expected_seq"],
+            root=args["root"],
+            blobs=blobs,
+            garbage=garbage,
+        )
+        log_event(
+            logging.INFO,
+            "commit",
+            conn=session.conn_id,
+            tenant=session.tenant,
+            ok=result.ok,
+            seq=result.root.seq,
+            blobs=len(blobs),
+            garbage=len(garbage),
+        )
+        return {"ok": result.ok, "seq": result.root.seq, "data": result.root.data}
+
+    async def _op_allocate_ids(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str, "sequence": str, "count": int})
+        return await self._storage(
+            self.storage.allocate_ids,
+            session.tenant,
+            _database(args),
+            args["sequence"],
+            args["count"],
+        )
+
+    async def _op_get_keyring(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str, "name": str})
+        return await self._storage(
+            self.storage.get_keyring, session.tenant, _database(args), args["name"]
+        )
+
+    async def _op_put_keyring(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str, "name": str, "data": bytes, "expected": object})
+        expected = args["expected"]
+        if expected is not None and type(expected) is not bytes:
+            raise RequestError(protocol.BAD_REQUEST, "expected must be bytes or nil")
+        if len(args["data"]) > protocol.MAX_BLOB_BYTES:
+            raise RequestError(protocol.TOO_LARGE, "keyring too large")
+        return await self._storage(
+            self.storage.put_keyring,
+            session.tenant,
+            _database(args),
+            args["name"],
+            args["data"],
+            expected=expected,
+        )
+
+    async def _op_stats(self, session: Session, args: dict) -> object:
+        _args(args, {"database": str})
+        stats = await self._storage(self.storage.stats, session.tenant, _database(args))
+        return {k: v for k, v in stats.items() if type(v) is int}

@@ -1,0 +1,163 @@
+"""Frames: encoding, limits, and strict decoding of hostile input."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blob_server import protocol
+from blob_server.protocol import (
+    MAX_FRAME_BYTES,
+    FrameTooLargeError,
+    ProtocolError,
+    parse_request,
+    parse_response,
+)
+
+
+def body(frame: bytes) -> bytes:
+    (length,) = protocol.LENGTH.unpack(frame[:4])
+    assert length == len(frame) - 4
+    return frame[4:]
+
+
+def test_request_round_trip():
+    frame = protocol.request_frame(7, "get_blobs", {"database": "main", "ids": [b"\x01" * 16]})
+    request = parse_request(body(frame))
+    assert request == protocol.Request(7, "get_blobs", {"database": "main", "ids": [b"\x01" * 16]})
+
+
+def test_response_round_trip():
+    ok = parse_response(body(protocol.ok_frame(3, {"blobs": {b"k" * 16: b"v"}, "deferred": []})))
+    assert ok.ok and ok.request_id == 3 and ok.result["blobs"] == {b"k" * 16: b"v"}
+    err = parse_response(body(protocol.error_frame(4, "bad_request", "nope")))
+    assert not err.ok and err.result == ("bad_request", "nope")
+
+
+def test_error_message_is_truncated():
+    err = parse_response(body(protocol.error_frame(1, "x", "m" * 100_000)))
+    assert len(err.result[1]) == protocol.MAX_MESSAGE_LENGTH
+
+
+def test_oversized_header_is_refused_before_reading():
+    with pytest.raises(FrameTooLargeError):
+        protocol.check_length(protocol.LENGTH.pack(MAX_FRAME_BYTES + 1))
+    assert protocol.check_length(protocol.LENGTH.pack(MAX_FRAME_BYTES)) == MAX_FRAME_BYTES
+
+
+def test_oversized_frame_is_not_built():
+    with pytest.raises(FrameTooLargeError):
+        protocol.ok_frame(1, b"x" * (MAX_FRAME_BYTES + 1))
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None,
+        1,
+        "get_root",
+        [],
+        [1, "ping"],
+        [1, "ping", {}, 4],
+        [-1, "ping", {}],
+        [2**63, "ping", {}],
+        [True, "ping", {}],
+        [1.0, "ping", {}],
+        ["1", "ping", {}],
+        [1, 2, {}],
+        [1, "", {}],
+        [1, "x" * 33, {}],
+        [1, b"ping", {}],
+        [1, "ping", []],
+        [1, "ping", None],
+        [1, "ping", {b"database": "main"}],
+    ],
+)
+def test_malformed_requests_raise_protocol_error(obj):
+    with pytest.raises(ProtocolError):
+        parse_request(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_request_id_is_kept_when_readable():
+    with pytest.raises(ProtocolError) as info:
+        parse_request(msgpack.packb([42, "ping", []]))
+    assert info.value.request_id == 42
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\xc1",  # never-used msgpack byte
+        b"\x93\x01",  # array of 3, truncated
+        b"\xdd\xff\xff\xff\xff",  # array of 4 billion elements, no data
+        b"\xc6\xff\xff\xff\xff",  # bin of 4 GiB, no data
+        msgpack.packb([1, "ping", {"x": msgpack.ExtType(5, b"abc")}]),  # ext types refused
+        b"\x91" * 100_000 + b"\x01",  # deeply nested arrays
+        msgpack.packb([1, "ping", {}]) + b"trailing",
+        msgpack.packb([1, "ping", {1: 2}]),  # int map keys
+    ],
+)
+def test_garbage_bodies_raise_protocol_error(raw):
+    with pytest.raises(ProtocolError):
+        parse_request(raw)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        [1, "maybe", None],
+        [1, "error", "boom"],
+        [1, "error", {"code": 1, "message": "m"}],
+        [1, "error", {"code": "c"}],
+        ["1", "ok", None],
+        [1, "ok"],
+    ],
+)
+def test_malformed_responses_raise_protocol_error(obj):
+    with pytest.raises(ProtocolError):
+        parse_response(msgpack.packb(obj, use_bin_type=True))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_bytes_never_escape_as_other_exceptions(raw):
+    try:
+        request = parse_request(raw)
+    except ProtocolError:
+        return
+    assert type(request.args) is dict and type(request.op) is str
+
+
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text()
+    | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(msgpack_values, max_size=4))
+def test_random_structures_never_escape_as_other_exceptions(obj):
+    raw = msgpack.packb(obj, use_bin_type=True)
+    for parse in (parse_request, parse_response):
+        with contextlib.suppress(ProtocolError):
+            parse(raw)
+
+
+def test_login_digest_separates_fields():
+    base = protocol.login_digest("srv", "ab", b"\x02" * 33, b"n" * 32, 100)
+    assert len(base) == 32
+    assert base != protocol.login_digest("srv", "a", b"b" + b"\x02" * 33, b"n" * 32, 100)
+    assert base != protocol.login_digest("srva", "b", b"\x02" * 33, b"n" * 32, 100)
+    assert base != protocol.login_digest("srv", "ab", b"\x02" * 33, b"n" * 32, 101)
+    assert base != protocol.login_digest("srv", "ab", b"\x02" * 33, b"m" * 32, 100)
