@@ -12,6 +12,7 @@ help:
 	@echo "make demo   install and run the demo on the embedded store"
 	@echo "make test   install and run the whole test suite (lint included)"
 	@echo "make bench  run the benchmarks (slow; results in bench/results/)"
+	@echo "make fuzz   fuzz the blob server for a long time (ZERODB_FUZZ_EXAMPLES=200000)"
 	@echo "make format apply ruff format and autofixes"
 
 $(PY):
@@ -42,6 +43,9 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(PY) -m bench.native_load
+
+fuzz: $(STAMP)
+	ZERODB_FUZZ_EXAMPLES=$${ZERODB_FUZZ_EXAMPLES:-200000} $(PY) -m pytest tests/server/test_fuzz.py -q -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

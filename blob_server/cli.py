@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--gc-interval", type=float, default=60.0, help="seconds between garbage collections"
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+    serve.add_argument(
+        "--no-push",
+        action="store_true",
+        help="do not push root changes to subscribed clients; required when several "
+        "servers share one storage (a push covers only commits through this process)",
+    )
 
     add_tenant = sub.add_parser(
         "add-tenant", help="create a tenant", description="Create a tenant (with no keys)."
@@ -174,6 +180,7 @@ def serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         gc_interval=args.gc_interval,
         ssl=_tls_context(args),
+        push=not args.no_push,
     )
 
     async def run() -> None:

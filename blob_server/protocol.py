@@ -10,6 +10,17 @@ Request ids are chosen by the client and echoed by the server, so a client may s
 several requests before reading the answers (pipelining); the server answers each
 connection's requests in the order they arrived.
 
+Request id 0 is reserved for frames the server sends unasked (clients number their
+requests from 1): an error that ends the connection (idle timeout, busy, oversized frame)
+and, after a ``subscribe`` request, root pushes::
+
+    push:      [0, "root", {"database": str, "seq": int}]
+
+A push says "a commit through this server set the root of this (tenant, database) to
+``seq``"; it goes only to connections of the committing session's tenant that subscribed
+to that database, and may arrive between any two answers. It carries the seq only, never
+the root itself (see ``BlobServer`` for why).
+
 Everything here treats its input as hostile: a frame longer than ``MAX_FRAME_BYTES`` is
 refused from its header alone, and a body that does not decode, has the wrong shape or
 wrong types raises ``ProtocolError`` (never anything else), which the server turns into
@@ -56,6 +67,11 @@ NONCE_BYTES: Final = 32
 
 OK: Final = "ok"
 ERROR: Final = "error"
+#: The request id of frames the server sends unasked; the kind of a root push.
+PUSH_ID: Final = 0
+PUSH_ROOT: Final = "root"
+#: Most databases one connection may subscribe to.
+MAX_SUBSCRIPTIONS: Final = 64
 
 # Error codes (the client maps them to its own exceptions).
 BAD_FRAME: Final = "bad_frame"
@@ -99,6 +115,14 @@ class Response:
     result: Any  # the result, or (code, message) for an error
 
 
+@dataclass(frozen=True, slots=True)
+class Push:
+    """An unasked frame from the server: the root of ``database`` is now ``seq``."""
+
+    database: str
+    seq: int
+
+
 # -- encoding ------------------------------------------------------------------------------
 
 
@@ -124,6 +148,11 @@ def ok_frame(request_id: int, result: object) -> bytes:
 def error_frame(request_id: int, code: str, message: str) -> bytes:
     """Return the frame of an error answer (the message is truncated to a safe length)."""
     return _pack([request_id, ERROR, {"code": code, "message": message[:MAX_MESSAGE_LENGTH]}])
+
+
+def push_frame(database: str, seq: int) -> bytes:
+    """Return the frame of a root push (request id ``PUSH_ID``)."""
+    return _pack([PUSH_ID, PUSH_ROOT, {"database": database, "seq": seq}])
 
 
 # -- decoding ------------------------------------------------------------------------------
@@ -174,8 +203,39 @@ def parse_request(body: bytes) -> Request:
 
 
 def parse_response(body: bytes) -> Response:
-    """Decode a response body; raise ``ProtocolError`` on any malformed shape."""
+    """Decode a response body; raise ``ProtocolError`` on any malformed shape (a push too)."""
+    return _response(decode_body(body))
+
+
+def parse_server_frame(body: bytes) -> Response | Push:
+    """Decode anything a server may send: an answer, or a root push (request id 0).
+
+    Raise ``ProtocolError`` on any malformed shape, including a push whose fields have the
+    wrong types or ranges.
+    """
     obj = decode_body(body)
+    if (
+        type(obj) is list
+        and len(obj) == 3
+        and type(obj[0]) is int
+        and obj[0] == PUSH_ID
+        and obj[1] == PUSH_ROOT
+    ):
+        payload = obj[2]
+        if (
+            type(payload) is not dict
+            or set(payload) != {"database", "seq"}
+            or type(payload["database"]) is not str
+            or not 0 < len(payload["database"]) <= MAX_MESSAGE_LENGTH
+            or type(payload["seq"]) is not int
+            or not 0 <= payload["seq"] <= MAX_REQUEST_ID
+        ):
+            raise ProtocolError("a root push is {database: str, seq: int}")
+        return Push(payload["database"], payload["seq"])
+    return _response(obj)
+
+
+def _response(obj: object) -> Response:
     if type(obj) is not list or len(obj) != 3:
         raise ProtocolError("a response is [request_id, status, result]")
     request_id = _request_id(obj[0])

@@ -11,6 +11,22 @@ error frame (or, when the stream cannot be trusted any more, a closed connection
 connections never notice. After login the session's tenant is the only tenant any
 storage call ever sees: requests have no way to name one (an unknown argument is refused).
 
+Root pushes: a connection may ``subscribe`` to databases of its tenant. After every
+successful commit the server writes ``[0, "root", {"database", "seq"}]`` to every other
+subscribed connection of the committing tenant (never another tenant's), *before* it
+answers the committer, so once a commit is acknowledged its push is already on its way to
+every subscriber. A push carries the seq only, not the sealed root: a subscriber that
+cares reads the root once (it usually needs new nodes anyway, so it saves at most one of
+two round trips), while pushing roots would send every root (kilobytes to megabytes:
+refs, catalog, text statistics) to every subscriber on every commit whether it ever
+reads again or not. Pushes cover the commits made *through this server process* only:
+with several server processes on one store (or a store written by anything else), a
+subscriber would not hear of the others' commits, so such deployments must run with
+``push=False`` (``subscribe`` then answers ``{"subscribed": False}`` and clients read
+the root every time). A subscriber that stops reading (more than ``PUSH_BUFFER_LIMIT``
+unsent bytes) is disconnected rather than skipped: a silently missed push would make
+its client trust a stale root.
+
 Logs are ``key=value`` lines and never contain blob contents, roots, keyrings or
 signatures: only ops, sizes, counts, peers and tenants.
 """
@@ -43,6 +59,9 @@ DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
+#: A subscriber with more unsent bytes than this (one largest answer and then some) is
+#: not reading: it is disconnected instead of being sent more pushes.
+PUSH_BUFFER_LIMIT = protocol.MAX_FRAME_BYTES + (1 << 20)
 
 log = logging.getLogger("blob_server.server")
 
@@ -75,7 +94,8 @@ class RequestError(Exception):
 
 @dataclass(slots=True)
 class Session:
-    """One connection: its peer, pending challenge, and (after login) its tenant."""
+    """One connection: its peer, pending challenge, (after login) its tenant, and the
+    databases it subscribed to."""
 
     conn_id: int
     peer: str
@@ -84,6 +104,8 @@ class Session:
     tenant: str | None = None
     requests: int = 0
     started: float = field(default_factory=time.monotonic)
+    writer: asyncio.StreamWriter | None = None
+    subscriptions: set[str] = field(default_factory=set)
 
 
 # -- argument checks ------------------------------------------------------------------------
@@ -148,8 +170,10 @@ class BlobServer:
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         gc_interval: float = DEFAULT_GC_INTERVAL,
         ssl: ssl_module.SSLContext | None = None,
+        push: bool = True,
     ) -> None:
         self.storage = storage
+        self.push = push
         self.auth = authenticator
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
@@ -158,6 +182,9 @@ class BlobServer:
         self.connections = 0
         self.total_connections = 0
         self.total_requests = 0
+        self.pushes_sent = 0
+        # (tenant, database) -> the sessions subscribed to its root, by connection id.
+        self._subscribers: dict[tuple[str, str], dict[int, Session]] = {}
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._gc_task: asyncio.Task | None = None
@@ -173,6 +200,7 @@ class BlobServer:
             "get_keyring": self._op_get_keyring,
             "put_keyring": self._op_put_keyring,
             "stats": self._op_stats,
+            "subscribe": self._op_subscribe,
         }
         self._public_ops = {"challenge", "hello", "login", "ping"}
 
@@ -222,7 +250,7 @@ class BlobServer:
         peername = writer.get_extra_info("peername")
         address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
-        session = Session(next(_conn_ids), peer, address)
+        session = Session(next(_conn_ids), peer, address, writer=writer)
         if self.connections >= self.max_connections:
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
             await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
@@ -243,6 +271,7 @@ class BlobServer:
         finally:
             self.connections -= 1
             self._writers.discard(writer)
+            self._unsubscribe_all(session)
             log_event(
                 logging.INFO,
                 "disconnected",
@@ -437,10 +466,11 @@ class BlobServer:
         if len(args["root"]) > protocol.MAX_BLOB_BYTES:
             raise RequestError(protocol.TOO_LARGE, "root too large")
         garbage = _id_list(args["garbage"], "garbage ids")
+        database = _database(args)
         result = await self._storage(
             self.storage.commit,
             session.tenant,
-            _database(args),
+            database,
             expected_seq=args["expected_seq"],
             root=args["root"],
             blobs=blobs,
@@ -456,6 +486,8 @@ class BlobServer:
             blobs=len(blobs),
             garbage=len(garbage),
         )
+        if result.ok:
+            self._push_root(session, database, result.root.seq)
         return {"ok": result.ok, "seq": result.root.seq, "data": result.root.data}
 
     async def _op_allocate_ids(self, session: Session, args: dict) -> object:
@@ -494,3 +526,58 @@ class BlobServer:
         _args(args, {"database": str})
         stats = await self._storage(self.storage.stats, session.tenant, _database(args))
         return {k: v for k, v in stats.items() if type(v) is int}
+
+    # -- root pushes -----------------------------------------------------------------------
+
+    async def _op_subscribe(self, session: Session, args: dict) -> object:
+        """Push this connection every later change of the database's root.
+
+        The subscription is registered before the answer, so a ``get_root`` sent after
+        it (or pipelined behind it) plus the pushes that follow cover every commit made
+        through this server. ``{"subscribed": False}`` when pushes are off.
+        """
+        _args(args, {"database": str})
+        database = _database(args)
+        if not self.push:
+            return {"subscribed": False}
+        if database not in session.subscriptions:
+            if len(session.subscriptions) >= protocol.MAX_SUBSCRIPTIONS:
+                raise RequestError(
+                    protocol.TOO_LARGE,
+                    f"at most {protocol.MAX_SUBSCRIPTIONS} subscriptions per connection",
+                )
+            session.subscriptions.add(database)
+            key = (session.tenant, database)
+            self._subscribers.setdefault(key, {})[session.conn_id] = session
+        return {"subscribed": True}
+
+    def _unsubscribe_all(self, session: Session) -> None:
+        for database in session.subscriptions:
+            key = (session.tenant, database)
+            subscribers = self._subscribers.get(key)
+            if subscribers is not None:
+                subscribers.pop(session.conn_id, None)
+                if not subscribers:
+                    del self._subscribers[key]
+        session.subscriptions.clear()
+
+    def _push_root(self, committer: Session, database: str, seq: int) -> None:
+        """Queue a push of ``seq`` to the other subscribers of the committer's tenant's
+        ``database`` (synchronously: it is queued before the committer is answered)."""
+        if committer.tenant is None:  # cannot happen: commit needs a login
+            return
+        subscribers = self._subscribers.get((committer.tenant, database))
+        if not subscribers:
+            return
+        frame = protocol.push_frame(database, seq)
+        for session in list(subscribers.values()):
+            writer = session.writer
+            if session is committer or writer is None or writer.is_closing():
+                continue  # the committer learns its seq from the commit answer
+            if writer.transport.get_write_buffer_size() > PUSH_BUFFER_LIMIT:
+                log_event(logging.WARNING, "push_overflow", conn=session.conn_id)
+                self._unsubscribe_all(session)
+                writer.transport.abort()  # the client reconnects and reads roots again
+                continue
+            writer.write(frame)
+            self.pushes_sent += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
 DEFAULT_DATABASE = "main"
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
 MAX_COMMIT_RETRIES = 16
+# Before each replay a client waits a random time below 2 ms, 4 ms, ... 256 ms (full
+# jitter). Without it a client committing in a loop wins every race (its next commit
+# costs one round trip, a replay also reads the winner's new nodes) and starves the
+# others into ConflictError (tests/server/test_concurrency.py).
+CONFLICT_BACKOFF_FIRST = 0.002
+CONFLICT_BACKOFF_MAX = 0.256
 # Id blocks grow from this size while a model keeps asking for more, up to the maximum.
 MIN_ID_BLOCK = 16
 MAX_ID_BLOCK = 8192
@@ -135,7 +142,16 @@ class DB:
         return state
 
     def read_root(self) -> RootState:
-        """Read the current root (one round trip) and return it verified."""
+        """Read the current root (one round trip) and return it verified.
+
+        No round trip when the transport's subscription to root changes vouches that the
+        root still has the seq of the latest root this DB verified (read or committed):
+        that root is returned again. Reads then reflect every commit whose change notice
+        has reached this client (see ``RemoteTransport``); when unsure, the root is read.
+        """
+        latest = self._latest
+        if self.transport.known_root_seq(self.database) == latest.seq:
+            return latest
         return self._open_root(self.transport.get_root(self.database))
 
     # -- snapshots and transactions --------------------------------------------------------
@@ -272,7 +288,10 @@ class DB:
         self._save_changed_objects(txn)
         if not txn.ops:
             return
-        for _ in range(MAX_COMMIT_RETRIES):
+        for attempt in range(MAX_COMMIT_RETRIES):
+            if attempt:
+                limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
+                time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
             blobs, written = self._seal_dirty(txn)
             seq = txn.root.seq + 1
             payload = build_payload(seq, txn.root.digest, txn.refs, txn.catalog, txn.text_stats)

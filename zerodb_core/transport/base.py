@@ -154,5 +154,13 @@ class Transport(abc.ABC):
         self, database: str, name: str, data: bytes, *, expected: bytes | None
     ) -> bool: ...
 
+    def known_root_seq(self, database: str) -> int | None:
+        """The seq the root of ``database`` is known to have without asking the store, or
+        None when unknown (always, here). A transport that returns a seq vouches that the
+        store's root had it no earlier than the last change notice it took in; it must
+        never make a round trip to answer (this is how a warm client skips the root read,
+        so it is not counted)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

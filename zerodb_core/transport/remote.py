@@ -13,6 +13,25 @@ is unknown, and replaying a commit is not idempotent): it raises
 
 Everything the server answers is checked before use: a malformed answer raises
 ``IntegrityError`` and drops the connection (it cannot be trusted to be in step any more).
+
+Root pushes: the first root read of a database on a connection is sent as
+``subscribe`` + ``get_root`` pipelined (one round trip). From then on the server pushes
+``[0, "root", {database, seq}]`` after every commit through it by another connection of
+this tenant; pushes are read wherever they turn up: between answers inside an exchange,
+and before every request and every ``known_root_seq`` question (a non-blocking look at
+the socket, ``_drain``). Per database the connection keeps the highest seq it knows from
+pushes, root reads and commit answers since it subscribed; ``known_root_seq`` returns
+it, and the ``DB`` skips the root read while it equals the root it last verified.
+
+Guarantee: a read reflects every commit whose push has arrived before the read began
+(and every commit this client made). A commit by someone else whose acknowledgement has
+reached them but whose push has not reached us yet may be missed by a read started in
+that window (like any snapshot read taken a moment earlier); it is never missed once its
+push has been read, and nothing older than a processed push is ever returned. A lost
+connection drops every guarantee (no subscription on a new connection until the next
+root read subscribes again). Pushes cover commits through the same server process only
+(see ``blob_server.server``); a server started with pushes off answers the subscription
+with ``subscribed: False`` and every query reads the root.
 """
 
 from __future__ import annotations
@@ -33,7 +52,7 @@ from blob_server import protocol
 from blob_server.exceptions import BlobExistsError, InvalidRequestError, QuotaExceededError
 from blob_server.storage.base import CommitResult, RootRecord
 from zerodb_core.exceptions import AuthenticationError, IntegrityError, StoreUnavailableError
-from zerodb_core.transport.base import Transport
+from zerodb_core.transport.base import MAX_SEQ, Transport
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
@@ -81,8 +100,14 @@ class RemoteTransport(Transport):
         self.ssl = ssl
         self.server_hostname = server_hostname or host
         self.server_id: str | None = None
-        self.reconnects = 0
+        self.reconnects = 0  # connections opened after the first one
+        self._connected = False
         self._sock: socket.socket | None = None
+        # Per subscribed database of the current connection, the highest root seq known
+        # since subscribing (None: subscribed, nothing known yet). Cleared with the socket.
+        self._subs: dict[str, int | None] = {}
+        self._no_push: set[str] = set()  # refused a subscription on this connection
+        self.pushes = 0
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._connect()
@@ -116,6 +141,9 @@ class RemoteTransport(Transport):
             except BaseException:
                 self._drop()
                 raise
+            if self._connected:
+                self.reconnects += 1
+            self._connected = True
             return
         raise StoreUnavailableError(
             f"cannot reach the blob server at {self.host}:{self.port}: {last}"
@@ -158,6 +186,8 @@ class RemoteTransport(Transport):
         self.server_id = server_id
 
     def _drop(self) -> None:
+        self._subs.clear()  # a new connection has no subscription: nothing is known
+        self._no_push.clear()
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -172,6 +202,16 @@ class RemoteTransport(Transport):
     def _exchange(self, requests: list[tuple[str, dict]]) -> list[Any]:
         """Send requests back to back, read their answers; raise ``_DroppedError`` on network
         errors, the mapped exception on an error answer."""
+        responses = self._exchange_responses(requests)
+        for response in responses:
+            if not response.ok:
+                raise _error(*response.result)
+        return [response.result for response in responses]
+
+    def _exchange_responses(self, requests: list[tuple[str, dict]]) -> list[protocol.Response]:
+        """Send requests back to back, read their answers (taking in any pushes between
+        them) and return them, errors included; raise ``_DroppedError`` on network
+        errors."""
         sock = self._sock
         if sock is None:
             raise _DroppedError(ConnectionError("not connected"), sent=False)
@@ -188,50 +228,95 @@ class RemoteTransport(Transport):
         except OSError as exc:
             raise _DroppedError(exc, sent=True) from None
         results = []
-        error: Exception | None = None
         for rid in ids:
-            try:
-                body = protocol.recv_frame(sock)
-                response = protocol.parse_response(body)
-            except protocol.ProtocolError as exc:
-                self._drop()
-                raise IntegrityError(f"the blob server sent a malformed answer: {exc}") from None
-            except OSError as exc:  # ConnectionError and timeouts are OSErrors
-                raise _DroppedError(exc, sent=True) from None
-            if response.request_id != rid:
+            while True:
+                try:
+                    frame = protocol.parse_server_frame(protocol.recv_frame(sock))
+                except protocol.ProtocolError as exc:
+                    self._drop()
+                    raise IntegrityError(
+                        f"the blob server sent a malformed answer: {exc}"
+                    ) from None
+                except OSError as exc:  # ConnectionError and timeouts are OSErrors
+                    raise _DroppedError(exc, sent=True) from None
+                if not isinstance(frame, protocol.Push):
+                    break
+                self._pushed(frame)
+            if frame.request_id != rid:
                 self._drop()
                 raise IntegrityError("the blob server answered out of order")
-            if response.ok:
-                results.append(response.result)
-            elif error is None:
-                error = _error(*response.result)
-        if error is not None:
-            raise error
+            results.append(frame)
         return results
 
+    def _pushed(self, push: protocol.Push) -> None:
+        """Take in a root push (ignored unless this connection subscribed to it)."""
+        self.pushes += 1
+        if push.database in self._subs:
+            self._note_root(push.database, push.seq)
+
+    def _note_root(self, database: str, seq: int) -> None:
+        """Remember a root seq seen on this connection after subscribing to ``database``."""
+        if database in self._subs and type(seq) is int and 0 <= seq < MAX_SEQ:
+            known = self._subs[database]
+            self._subs[database] = seq if known is None else max(known, seq)
+
     def _stale(self) -> bool:
-        """Whether the idle connection has something to read before we asked anything: the
-        server closed it (restart, idle timeout) or sent an unsolicited error."""
+        """Whether the idle connection has something to read before we asked anything
+        (a push, or the end of the stream after a restart or an idle timeout)."""
         sock = self._sock
         if sock is None:
             return True
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(select.select([sock], [], [], 0)[0])
         except (OSError, ValueError):
             return True
-        return bool(readable)
 
-    def _call_many(self, requests: list[tuple[str, dict]], *, idempotent: bool) -> list[Any]:
-        with self._lock:
-            if self._sock is not None and self._stale():
+    def _drain(self) -> bool:
+        """Read, without waiting, whatever the server sent unasked; return whether the
+        connection is still usable. Pushes are taken in; anything else (end of stream
+        after a restart or idle timeout, an unsolicited error, a stray or malformed frame)
+        drops the connection and returns False."""
+        sock = self._sock
+        if sock is None:
+            return False
+        while True:
+            try:
+                # A TLS socket may hold decrypted bytes that select() cannot see.
+                pending = isinstance(sock, ssl_module.SSLSocket) and sock.pending() > 0
+                if not pending and not select.select([sock], [], [], 0)[0]:
+                    return True
+                frame = protocol.parse_server_frame(protocol.recv_frame(sock))
+            except (protocol.ProtocolError, OSError, ValueError):
+                frame = None
+            if not isinstance(frame, protocol.Push):
                 self._drop()
-                self.reconnects += 1
+                return False
+            self._pushed(frame)
+
+    def known_root_seq(self, database: str) -> int | None:
+        """The root seq of ``database`` as far as this connection's subscription knows:
+        every commit through the server since it subscribed has been pushed, so the root
+        is this seq unless a newer push is still on its way. None when not subscribed
+        (not yet, refused, or the connection was lost). No round trip."""
+        with self._lock:
+            if database not in self._subs or not self._drain():
+                return None
+            return self._subs.get(database)
+
+    def _call_many(
+        self, requests: list[tuple[str, dict]], *, idempotent: bool, raw: bool = False
+    ) -> list[Any]:
+        """Exchange requests on a live connection (reconnecting as needed); ``raw`` returns
+        each ``protocol.Response`` instead of raising on an error answer."""
+        exchange = self._exchange_responses if raw else self._exchange
+        with self._lock:
+            if self._sock is not None:
+                self._drain()  # takes in pushes; drops a connection the server closed
             for attempt in range(2):
                 if self._sock is None:
                     self._connect()
-                    self.reconnects += attempt
                 try:
-                    return self._exchange(requests)
+                    return exchange(requests)
                 except _DroppedError as exc:
                     self._drop()
                     if exc.sent and not idempotent:
@@ -282,7 +367,42 @@ class RemoteTransport(Transport):
         return found
 
     def _get_root(self, database: str) -> RootRecord:
-        return _root(self._call("get_root", {"database": database}))
+        with self._lock:
+            if self._sock is not None:
+                self._drain()  # a dropped connection leaves no subscription behind
+            if database in self._subs or database in self._no_push:
+                root = _root(self._call("get_root", {"database": database}))
+                self._note_root(database, root.seq)  # only if still subscribed (same socket)
+                return root
+            # Subscribe first, in the same round trip: every commit the root read misses is
+            # then pushed. The entry exists before the exchange so that a push arriving
+            # between the two answers is kept.
+            self._subs[database] = None
+            try:
+                subscribed, answer = self._call_many(
+                    [("subscribe", {"database": database}), ("get_root", {"database": database})],
+                    idempotent=True,
+                    raw=True,
+                )
+            except BaseException:
+                self._subs.pop(database, None)
+                raise
+            if not answer.ok:
+                self._subs.pop(database, None)
+                raise _error(*answer.result)
+            root = _root(answer.result)
+            if (
+                subscribed.ok
+                and type(subscribed.result) is dict
+                and subscribed.result.get("subscribed") is True
+            ):
+                # A no-op if the connection was replaced during the exchange (the entry
+                # went with it): the next root read subscribes again.
+                self._note_root(database, root.seq)
+            else:  # pushes off, an old server, or too many subscriptions: read every time
+                self._subs.pop(database, None)
+                self._no_push.add(database)
+            return root
 
     def _commit(
         self,
@@ -306,7 +426,13 @@ class RemoteTransport(Transport):
         )
         if type(answer) is not dict or type(answer.get("ok")) is not bool:
             raise IntegrityError("the blob server sent a malformed commit answer")
-        return CommitResult(answer["ok"], _root(answer))
+        result = CommitResult(answer["ok"], _root(answer))
+        # Either way the answer names a root the store really had (the committer gets no
+        # push of its own commit). Any seq the store is known to have reached is safe to
+        # fold in: the subscription only has to vouch for commits after its root read.
+        with self._lock:
+            self._note_root(database, result.root.seq)
+        return result
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
         # Retrying is safe: a lost block only leaves a gap in the ids.
