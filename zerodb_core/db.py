@@ -90,7 +90,7 @@ class DB:
         self.database = database
         self.node_bytes = node_bytes
         self.transport = _open_transport(store, delay, key_file=key_file, password=password)
-        self.freshness = _freshness_for(store, freshness_path)
+        self.freshness = _freshness_for(store, freshness_path, key_file)
         self.keyring = self._unlock(
             username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
         )
@@ -409,9 +409,15 @@ def _open_remote(address: tuple, delay: float, key_file, password) -> Transport:
     )
 
 
-def _freshness_for(store, path) -> FreshnessTracker:
+def _freshness_for(store, path, key_file=None) -> FreshnessTracker:
+    """Where the highest root seen is remembered: the given path, else beside the SQLite
+    file or the key file (both trusted local files of this client), else in memory."""
     if path is not None:
         return FileFreshnessTracker(path)
     if isinstance(store, str) and store.startswith("sqlite:///"):
         return FileFreshnessTracker(Path(store[len("sqlite:///") :] + ".fresh"))
+    if isinstance(store, tuple):
+        key_path = key_file or os.environ.get("ZERODB_KEY_FILE")
+        if isinstance(key_path, str | os.PathLike):
+            return FileFreshnessTracker(Path(f"{os.fspath(key_path)}.fresh"))
     return FreshnessTracker()
