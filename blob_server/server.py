@@ -56,6 +56,11 @@ from blob_server.storage.base import BLOB_ID_SIZE
 from blob_server.storage.validation import MAX_NAME_LENGTH
 
 DEFAULT_MAX_CONNECTIONS = 256
+# One address may not hold more than this many connections, and a connection must log in
+# within LOGIN_DEADLINE seconds: otherwise one peer could fill every slot with idle,
+# anonymous connections and lock everyone else out.
+DEFAULT_MAX_PER_ADDRESS = 32
+LOGIN_DEADLINE = 10.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
@@ -167,7 +172,9 @@ class BlobServer:
         authenticator: Authenticator,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        login_deadline: float = LOGIN_DEADLINE,
         gc_interval: float = DEFAULT_GC_INTERVAL,
         ssl: ssl_module.SSLContext | None = None,
         push: bool = True,
@@ -176,7 +183,10 @@ class BlobServer:
         self.push = push
         self.auth = authenticator
         self.max_connections = max_connections
+        self.max_per_address = max_per_address
         self.idle_timeout = idle_timeout
+        self.login_deadline = login_deadline
+        self._per_address: dict[str, int] = {}
         self.gc_interval = gc_interval
         self.ssl = ssl
         self.connections = 0
@@ -251,10 +261,14 @@ class BlobServer:
         address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
         session = Session(next(_conn_ids), peer, address, writer=writer)
-        if self.connections >= self.max_connections:
+        if (
+            self.connections >= self.max_connections
+            or self._per_address.get(address, 0) >= self.max_per_address
+        ):
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
             await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
             return
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         self.connections += 1
         self.total_connections += 1
         self._writers.add(writer)
@@ -270,6 +284,9 @@ class BlobServer:
             )
         finally:
             self.connections -= 1
+            left = self._per_address.pop(address) - 1
+            if left:
+                self._per_address[address] = left
             self._writers.discard(writer)
             self._unsubscribe_all(session)
             log_event(
@@ -297,17 +314,22 @@ class BlobServer:
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> str:
         """Answer frames until the peer leaves; return why the connection ended."""
+        loop = asyncio.get_running_loop()
+        login_by = loop.time() + self.login_deadline
         while True:
+            anonymous = session.tenant is None
+            timeout = self.idle_timeout
+            if anonymous:
+                timeout = min(timeout, login_by - loop.time())
             try:
-                limit = (
-                    protocol.MAX_FRAME_BYTES
-                    if session.tenant is not None
-                    else protocol.MAX_PREAUTH_FRAME_BYTES
-                )
-                body = await asyncio.wait_for(protocol.read_frame(reader, limit), self.idle_timeout)
+                limit = protocol.MAX_PREAUTH_FRAME_BYTES if anonymous else protocol.MAX_FRAME_BYTES
+                if timeout <= 0:
+                    raise TimeoutError
+                body = await asyncio.wait_for(protocol.read_frame(reader, limit), timeout)
             except TimeoutError:
-                writer.write(protocol.error_frame(0, protocol.BAD_FRAME, "idle timeout"))
-                return "idle"
+                why = "login timeout" if anonymous and loop.time() >= login_by else "idle timeout"
+                writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
+                return why.replace(" ", "_")
             except protocol.FrameTooLargeError as exc:
                 # The body was not read: the stream cannot be resynchronised. Answer and close.
                 writer.write(protocol.error_frame(0, exc.code, str(exc)))

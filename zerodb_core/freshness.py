@@ -8,42 +8,41 @@ in trusted storage of its own, and refuses anything that contradicts it.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from zerodb_core.exceptions import FreshnessError
 
 
 class FreshnessTracker:
-    """Highest ``(seq, digest)`` seen per database; kept in memory (lost at exit)."""
+    """Highest ``(seq, digest)`` seen per database by this process; kept in memory.
+
+    Checks compare against what *this process* has seen (plus, for a file, what earlier
+    runs had seen when it started): another process on the same store may see a newer
+    root at any moment, and a root this process read just before that is no rollback.
+    """
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, bytes | None]] = {}
+        self._seen: dict[str, tuple[int, bytes | None]] | None = None
         self._lock = threading.Lock()
 
     def load(self) -> dict[str, tuple[int, bytes | None]]:
-        return self._seen
+        """What was seen before this process started (nothing, in memory)."""
+        return {}
 
-    def save(self, seen: dict[str, tuple[int, bytes | None]]) -> None:
-        self._seen = seen
-
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """Hold the tracker against other threads (and, for a file, other processes)."""
-        with self._lock:
-            yield
+    def remember(self, database: str, seq: int, digest: bytes | None) -> None:
+        """Keep a newly seen root for later runs (nothing to do in memory)."""
 
     def check(self, database: str, seq: int, digest: bytes | None, prev: bytes | None) -> None:
         """Accept the root ``(seq, digest)`` whose predecessor has digest ``prev``, or raise
         :class:`FreshnessError`; remember it when it is newer than what was seen."""
-        with self._exclusive():
-            seen = self.load()
-            known = seen.get(database)
+        with self._lock:
+            if self._seen is None:
+                self._seen = self.load()
+            known = self._seen.get(database)
             if known is not None:
                 known_seq, known_digest = known
                 if seq < known_seq:
@@ -62,33 +61,22 @@ class FreshnessTracker:
                     )
                 if seq == known_seq:
                     return
-            seen = dict(seen)
-            seen[database] = (seq, digest)
-            self.save(seen)
+            self._seen[database] = (seq, digest)
+            self.remember(database, seq, digest)
 
 
 class FileFreshnessTracker(FreshnessTracker):
     """The same, kept in a small JSON file so a restarted process still knows.
 
-    The file is replaced atomically (write, fsync, rename); it holds sequence numbers and
-    digests of ciphertext, nothing secret.
+    The file is read once, at the first check: it is the floor earlier runs (and other
+    processes, before this one started) had reached. Newer roots are merged into it under
+    an advisory lock, keeping the higher seq, and the file is replaced atomically (write,
+    fsync, rename). It holds sequence numbers and digests of ciphertext, nothing secret.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         super().__init__()
         self.path = Path(path)
-
-    @contextlib.contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        # Two processes on one store must not overwrite a newer seq with an older one:
-        # read-compare-write happens under an advisory lock on a file beside it.
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def load(self) -> dict[str, tuple[int, bytes | None]]:
         try:
@@ -105,7 +93,20 @@ class FileFreshnessTracker(FreshnessTracker):
         except (TypeError, KeyError, ValueError, AttributeError):
             raise FreshnessError(f"freshness file {self.path} is malformed") from None
 
-    def save(self, seen: dict[str, tuple[int, bytes | None]]) -> None:
+    def remember(self, database: str, seq: int, digest: bytes | None) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                seen = self.load()
+                if seen.get(database, (-1, None))[0] >= seq:
+                    return  # another process got further: keep the higher floor
+                seen[database] = (seq, digest)
+                self._write(seen)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write(self, seen: dict[str, tuple[int, bytes | None]]) -> None:
         data = {
             db: {"seq": seq, "digest": digest.hex() if digest else None}
             for db, (seq, digest) in seen.items()
