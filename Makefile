@@ -43,6 +43,7 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(PY) -m bench.native_load
+	$(PY) -m bench.server_vs_redis
 
 fuzz: $(STAMP)
 	ZERODB_FUZZ_EXAMPLES=$${ZERODB_FUZZ_EXAMPLES:-200000} $(PY) -m pytest tests/server/test_fuzz.py -q -m slow

