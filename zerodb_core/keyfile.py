@@ -37,23 +37,11 @@ from typing import Any, Final
 
 import msgpack
 from coincurve import PrivateKey
-from nacl.bindings import (
-    crypto_aead_xchacha20poly1305_ietf_decrypt,
-    crypto_aead_xchacha20poly1305_ietf_encrypt,
-)
-from nacl.exceptions import CryptoError
 
-from zerodb_core.crypto.kdf import DEFAULT_PRESET, SALT_BYTES, KdfParams, derive_kek
-from zerodb_core.crypto.keyring import (
-    HEADER,
-    HEADER_BYTES,
-    KDF_ARGON2ID13,
-    NONCE_BYTES,
-    SUITE_XCHACHA20POLY1305,
-    TAG_BYTES,
-    _valid_login_key,
-)
-from zerodb_core.exceptions import IntegrityError, WrongPassphraseError
+from zerodb_core.crypto.envelope import HEADER_BYTES, TAG_BYTES, open_envelope, seal_envelope
+from zerodb_core.crypto.kdf import DEFAULT_PRESET, KdfParams
+from zerodb_core.crypto.keyring import _valid_login_key
+from zerodb_core.exceptions import IntegrityError
 
 MAGIC: Final = b"ZDF"
 FORMAT_VERSION: Final = 1
@@ -96,24 +84,11 @@ class KeyFile:
 
     def seal(self, passphrase: str | bytes, *, kdf: str = DEFAULT_PRESET) -> bytes:
         """Return the file's bytes, wrapped under ``passphrase`` (fresh salt and nonce)."""
-        params = KdfParams.from_preset(kdf)
-        kek = derive_kek(passphrase, params)
-        nonce = os.urandom(NONCE_BYTES)
-        header = HEADER.pack(
-            MAGIC,
-            FORMAT_VERSION,
-            SUITE_XCHACHA20POLY1305,
-            KDF_ARGON2ID13,
-            params.opslimit,
-            params.memlimit,
-            params.salt,
-            nonce,
-        )
         plaintext = msgpack.packb(
             {"login_key": self.login_key, "tenant": self.tenant, "server": self.server},
             use_bin_type=True,
         )
-        return header + crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, header, nonce, kek)
+        return seal_envelope(MAGIC, passphrase, KdfParams.from_preset(kdf), plaintext)
 
     @classmethod
     def open(cls, sealed: bytes, passphrase: str | bytes) -> KeyFile:
@@ -122,24 +97,14 @@ class KeyFile:
             MAX_FILE_BYTES
         ):
             raise IntegrityError("not a zerodb key file (wrong size)")
-        magic, version, suite, kdf_alg, opslimit, memlimit, salt, nonce = HEADER.unpack_from(sealed)
-        if magic != MAGIC or version != FORMAT_VERSION:
-            raise IntegrityError("not a zerodb key file of a known version")
-        if suite != SUITE_XCHACHA20POLY1305 or kdf_alg != KDF_ARGON2ID13:
-            raise IntegrityError("key file: unknown cipher suite or KDF")
-        if len(salt) != SALT_BYTES:
-            raise IntegrityError("key file: bad salt")
-        params = KdfParams(opslimit, memlimit, salt)
-        params.check_bounds()
-        kek = derive_kek(passphrase, params)
-        try:
-            plaintext = crypto_aead_xchacha20poly1305_ietf_decrypt(
-                sealed[HEADER_BYTES:], sealed[:HEADER_BYTES], nonce, kek
-            )
-        except CryptoError:
-            raise WrongPassphraseError(
-                "the key file did not open: wrong passphrase, or the file was changed"
-            ) from None
+        plaintext, _ = open_envelope(
+            MAGIC,
+            sealed,
+            passphrase,
+            b"",
+            what="key file",
+            wrong="the key file did not open: wrong passphrase, or the file was changed",
+        )
         try:
             data: Any = msgpack.unpackb(plaintext, raw=False)
         except Exception:

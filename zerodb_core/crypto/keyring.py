@@ -4,27 +4,9 @@ Data is never encrypted under the passphrase: a random 32-byte master key per ep
 is, and the keyring wraps those under the Argon2id KEK. Changing the passphrase or
 rotating re-wraps the keyring only.
 
-Sealed layout (all integers big-endian)::
-
-    offset  size  field
-    0       3     magic b"ZDK"
-    3       1     format version (1)
-    4       1     cipher suite (1 = XChaCha20-Poly1305-IETF)
-    5       1     KDF algorithm (1 = Argon2id v1.3)
-    6       8     opslimit (u64)
-    14      8     memlimit (u64, bytes)
-    22      16    salt
-    38      24    nonce
-    62      ...   ciphertext of the padded msgpack map, then the 16-byte tag
-
-Associated data = the 62 header bytes + u16-length-prefixed UTF-8 tenant, database and
-keyring name, so a keyring cannot be moved to another user, database or tenant, and no
-header field can be changed without failing authentication.
-
-The header is untrusted until the tag verifies, yet the KDF must run first; so its KDF
-costs are bounds-checked before Argon2id runs (a hostile store must not be able to make
-us allocate 100 GiB). A failed tag raises ``WrongPassphraseError``: a wrong passphrase
-and a tampered keyring are indistinguishable by design.
+Sealed as a passphrase envelope (``zerodb_core.crypto.envelope``, magic ``b"ZDK"``) whose
+associated data also binds the u16-length-prefixed UTF-8 tenant, database and keyring
+name, so a keyring cannot be moved to another user, database or tenant.
 
 Plaintext: msgpack ``{"epochs": {epoch: master_key}, "current": epoch,
 "login_key": bytes | None}``, padded to a size class (hides how many epochs exist).
@@ -34,32 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
 import msgpack
-from nacl.bindings import (
-    crypto_aead_xchacha20poly1305_ietf_decrypt,
-    crypto_aead_xchacha20poly1305_ietf_encrypt,
-)
-from nacl.exceptions import CryptoError
 
 from zerodb_core.crypto._wire import length_prefixed
-from zerodb_core.crypto.kdf import DEFAULT_PRESET, PRESETS, SALT_BYTES, KdfParams, derive_kek
+from zerodb_core.crypto.envelope import HEADER_BYTES, TAG_BYTES, open_envelope, seal_envelope
+from zerodb_core.crypto.kdf import DEFAULT_PRESET, PRESETS, SALT_BYTES, KdfParams
 from zerodb_core.crypto.keys import KEY_BYTES, MAX_EPOCH, KeyHierarchy, check_epoch
 from zerodb_core.crypto.padding import is_size_class, pad, unpad
-from zerodb_core.exceptions import IntegrityError, WrongPassphraseError
+from zerodb_core.exceptions import IntegrityError
 
 MAGIC: Final = b"ZDK"
-FORMAT_VERSION: Final = 1
-SUITE_XCHACHA20POLY1305: Final = 1
-KDF_ARGON2ID13: Final = 1
-NONCE_BYTES: Final = 24
-TAG_BYTES: Final = 16
-
-HEADER: Final = struct.Struct(">3sBBBQQ16s24s")
-HEADER_BYTES: Final = HEADER.size  # 62
 
 # Order of the secp256k1 group: a valid secret key is an integer in [1, N - 1].
 SECP256K1_N: Final = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
@@ -153,24 +122,12 @@ class Keyring:
             params = KdfParams(*self._costs, salt=os.urandom(SALT_BYTES))
         else:
             params = KdfParams.from_preset(kdf)
-        kek = derive_kek(passphrase, params)
-        nonce = os.urandom(NONCE_BYTES)
-        header = HEADER.pack(
-            MAGIC,
-            FORMAT_VERSION,
-            SUITE_XCHACHA20POLY1305,
-            KDF_ARGON2ID13,
-            params.opslimit,
-            params.memlimit,
-            params.salt,
-            nonce,
-        )
         plaintext = msgpack.packb(
             {"epochs": self._masters, "current": self._current, "login_key": self.login_key},
             use_bin_type=True,
         )
-        aad = header + length_prefixed(tenant, database, name)
-        return header + crypto_aead_xchacha20poly1305_ietf_encrypt(pad(plaintext), aad, nonce, kek)
+        bound = length_prefixed(tenant, database, name)
+        return seal_envelope(MAGIC, passphrase, params, pad(plaintext), bound)
 
     @classmethod
     def open(
@@ -183,29 +140,17 @@ class Keyring:
         size = len(sealed)
         if size < HEADER_BYTES + TAG_BYTES or not is_size_class(size - HEADER_BYTES - TAG_BYTES):
             raise IntegrityError(f"keyring {name!r}: length {size} is not a sealed keyring size")
-        magic, version, suite, kdf_alg, opslimit, memlimit, salt, nonce = HEADER.unpack_from(sealed)
-        if magic != MAGIC:
-            raise IntegrityError(f"keyring {name!r}: bad magic {magic!r}")
-        if version != FORMAT_VERSION:
-            raise IntegrityError(f"keyring {name!r}: unknown format version {version}")
-        if suite != SUITE_XCHACHA20POLY1305:
-            raise IntegrityError(f"keyring {name!r}: unknown cipher suite {suite}")
-        if kdf_alg != KDF_ARGON2ID13:
-            raise IntegrityError(f"keyring {name!r}: unknown KDF algorithm {kdf_alg}")
-        params = KdfParams(opslimit, memlimit, salt)
-        params.check_bounds()  # before Argon2id allocates anything
-        kek = derive_kek(passphrase, params)
-        try:
-            padded = crypto_aead_xchacha20poly1305_ietf_decrypt(
-                sealed[HEADER_BYTES:], sealed[:HEADER_BYTES] + aad_suffix, nonce, kek
-            )
-        except CryptoError:
-            raise WrongPassphraseError(
-                f"keyring {name!r} did not open: wrong passphrase, or the keyring was "
-                "tampered with or belongs to another user, database or tenant"
-            ) from None
+        padded, params = open_envelope(
+            MAGIC,
+            sealed,
+            passphrase,
+            aad_suffix,
+            what=f"keyring {name!r}",
+            wrong=f"keyring {name!r} did not open: wrong passphrase, or the keyring was "
+            "tampered with or belongs to another user, database or tenant",
+        )
         keyring = cls._from_plaintext(unpad(padded), name)
-        keyring._costs = (opslimit, memlimit)
+        keyring._costs = (params.opslimit, params.memlimit)
         return keyring
 
     @classmethod
