@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import random
@@ -25,15 +24,12 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.publish import publish
 from zerodb_core import DB
 from zerodb_core.demo import FIRST, Employee, fake_employee
 from zerodb_core.query import Contains, Gt, InRange
 
 PASSWORD = "bench passphrase"
-REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "performance.md"
-START = "<!-- bench:native:start -->"
-END = "<!-- bench:native:end -->"
 COUNTERS = ("round_trips", "bytes_sent", "bytes_received")
 
 
@@ -264,17 +260,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def update_doc(table: str, doc: Path = DOC) -> None:
-    text = doc.read_text() if doc.exists() else "# Performance\n\n"
-    block = f"{START}\n{table}\n{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## Latest results\n\n" + block + "\n"
-    doc.write_text(text)
-
-
 def machine() -> dict[str, Any]:
     model = platform.processor() or "unknown CPU"
     try:
@@ -348,17 +333,15 @@ def main(argv: list[str] | None = None) -> dict:
         "total_seconds": time.perf_counter() - started,
     }
     report["command"] = report["command"].strip()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"native-{now:%Y-%m-%d}.json"
-    target.write_text(json.dumps(report, indent=1) + "\n")
-    table = markdown(report)
-    print()
-    print(table)
-    print(f"\nwrote {target}")
-    if not args.no_doc:
-        update_doc(table)
-        print(f"updated {DOC.relative_to(REPO)}")
+    publish(
+        report,
+        markdown(report),
+        name="native",
+        day=f"{now:%Y-%m-%d}",
+        out=args.out,
+        heading="Latest results",
+        update=not args.no_doc,
+    )
     return report
 
 

@@ -52,13 +52,11 @@ from coincurve import PrivateKey
 from tqdm import tqdm
 
 from bench.native_load import machine
+from bench.publish import publish
 from blob_server.storage.redis import _COMMIT, RedisStorage
 from zerodb_core.transport.remote import RemoteTransport
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "performance.md"
-START = "<!-- bench:server:start -->"
-END = "<!-- bench:server:end -->"
 TENANT = "bench"
 LISTENING = re.compile(rb"event=listening bind=127\.0\.0\.1:(\d+)")
 ENV_KEY = "ZERODB_BENCH_LOGIN_KEY"  # the throwaway login key, for the worker processes
@@ -500,18 +498,6 @@ def _cpu(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def update_doc(table: str, doc: Path = DOC) -> None:
-    """Replace the text between the server markers (the native section is left alone)."""
-    text = doc.read_text()
-    block = f"{START}\n{table}\n{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## Blob server against raw Redis\n\n" + block + "\n"
-    doc.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400, help="fetch runs of each way")
@@ -589,17 +575,15 @@ def main(argv: list[str] | None = None) -> dict | None:
         "commits": commits,
         "total_seconds": time.perf_counter() - started,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"server-{now:%Y-%m-%d}.json"
-    target.write_text(json.dumps(report, indent=1) + "\n")
-    table = markdown(report)
-    print()
-    print(table)
-    print(f"\nwrote {target}")
-    if not args.no_doc:
-        update_doc(table)
-        print(f"updated {DOC.relative_to(REPO)}")
+    publish(
+        report,
+        markdown(report),
+        name="server",
+        day=f"{now:%Y-%m-%d}",
+        out=args.out,
+        heading="Blob server against raw Redis",
+        update=not args.no_doc,
+    )
     return report
 
 
