@@ -194,6 +194,23 @@ class DB:
         finally:
             stack.pop()
 
+    def begin(self) -> Transaction:
+        """Start a transaction on the latest root, managed by the caller (the Django
+        backend keeps one per connection): pass it to :meth:`commit` or drop it."""
+        return Transaction(self.source, self.read_root(), node_bytes=self.node_bytes)
+
+    def snapshot(self) -> View:
+        """A read-only snapshot of the latest root, outside any transaction."""
+        return View(self.source, self.read_root(), node_bytes=self.node_bytes)
+
+    def commit(self, txn: Transaction) -> None:
+        """Commit a transaction from :meth:`begin`, replaying it on conflict."""
+        self._commit(txn)
+
+    def allocate_ids(self, model: str, count: int) -> list[int]:
+        """``count`` new integer primary keys of ``model`` (see :meth:`allocate_id`)."""
+        return [self.allocate_id(model) for _ in range(count)]
+
     @contextlib.contextmanager
     def _writing(self) -> Iterator[Transaction]:
         """The running transaction (no savepoint: each write is all-or-nothing by itself,

@@ -160,12 +160,14 @@ class Table:
         return self.put_many([(pk, fields)])[0]
 
     def put_many(
-        self, rows: list[tuple[Any, dict]], *, fresh: frozenset = frozenset()
+        self, rows: list[tuple[Any, dict]], *, fresh: frozenset = frozenset(), insert: bool = False
     ) -> list[dict | None]:
         """Insert or replace records (distinct pks); return the fields each replaced.
 
         A pk in ``fresh`` was just allocated by the store and must be new: if a record has
         it already, the store's id counter went backwards, and overwriting would lose data.
+        With ``insert`` every pk must be new (an SQL INSERT): an existing one is a unique
+        violation of the primary key.
 
         The whole batch is read (old records, unique probes) in batched walks and written
         tree by tree in key order, so a bulk load costs one descent per leaf touched.
@@ -177,6 +179,8 @@ class Table:
         found = self.view.run([self._decode_reader(raw.values())])[0]
         olds = [found.get(pk) for pk, _ in rows]
         for (pk, _), old in zip(rows, olds):
+            if old is not None and insert and pk not in fresh:
+                raise UniqueViolation(f"{self.spec.name}.pk", pk)
             if old is not None and pk in fresh:
                 raise IntegrityError(
                     f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "

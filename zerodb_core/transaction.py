@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.btree import NODE_MAX_BYTES, BTree, Workspace, new_id
-from zerodb_core.exceptions import NotSupportedError, QueryError
+from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
 from zerodb_core.records import Table
 from zerodb_core.rootstate import RootState
 from zerodb_core.schema import ModelSpec
@@ -81,9 +81,12 @@ class PutRecords(WriteOp):
     model: str
     rows: list
     fresh: frozenset = frozenset()
+    insert: bool = False
 
     def apply(self, txn: Transaction) -> Any:
-        return txn.writable_table(self.model).put_many(self.rows, fresh=self.fresh)
+        return txn.writable_table(self.model).put_many(
+            self.rows, fresh=self.fresh, insert=self.insert
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,50 @@ class DeleteRecord(WriteOp):
     def apply(self, txn: Transaction) -> Any:
         table = txn.table(self.model)
         return table.delete(self.pk) if table is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectRecords(WriteOp):
+    """Fail the commit if records read for update changed before it.
+
+    Applied first when the rows are read, it always holds; replayed on a newer root (a
+    commit met a concurrent one), it refuses to rebase a transaction whose rows were
+    changed meanwhile, so a read-modify-write never silently overwrites another's write.
+    ``rows`` is ``[(pk, fields or None)]`` as they were read.
+    """
+
+    model: str
+    rows: tuple
+
+    def apply(self, txn: Transaction) -> Any:
+        table = txn.table(self.model)
+        pks = [pk for pk, _ in self.rows]
+        found = txn.run([table.get_many_reader(pks)])[0] if table is not None else {}
+        for pk, fields in self.rows:
+            if found.get(pk) != fields:
+                raise ConflictError(
+                    f"record {pk!r} of {self.model} was changed by a concurrent commit "
+                    "after it was read for update"
+                )
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DropModel(WriteOp):
+    """Remove a model: its records, every index, and its catalog entry."""
+
+    model: str
+
+    def apply(self, txn: Transaction) -> Any:
+        spec = txn.catalog.get(self.model)
+        if spec is None:
+            return None
+        for index in spec.indexes.values():
+            txn.drop_tree(spec.index_tree(index))
+            txn.text_stats.pop(spec.index_tree(index), None)
+        txn.drop_tree(spec.record_tree)
+        txn.catalog = txn.catalog.without_model(self.model)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

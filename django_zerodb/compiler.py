@@ -1,0 +1,222 @@
+"""The five compilers: Django's query objects in, engine operations out (never SQL).
+
+``SQLCompiler`` runs a SELECT through :class:`~django_zerodb.query.SelectQuery`; inserts
+allocate primary keys from the store's id blocks and write whole records; updates and
+deletes are *replayable* write operations, so a commit that meets a concurrent one
+re-evaluates them on the newer snapshot (``update(n=F("n") + 1)`` never loses an
+increment).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models.sql import compiler
+from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
+
+from django_zerodb.exceptions import NotSupportedError, translated
+from django_zerodb.query import SelectQuery, record_of
+from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
+
+
+class _Logged:
+    """Run a statement with error translation, one ``connection.queries`` entry each."""
+
+    def __init__(self, compiler_: Any, description: str) -> None:
+        self.connection = compiler_.connection
+        self.description = description
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+        self.round_trips = self.connection.round_trips()
+        self.errors = self.connection.wrap_database_errors
+        self.errors.__enter__()
+        self.translate = translated()
+        self.translate.__enter__()
+
+    def __exit__(self, *exc: Any) -> bool:
+        try:
+            if self.translate.__exit__(*exc):
+                return True
+        except BaseException as translated_exc:
+            if not self.errors.__exit__(type(translated_exc), translated_exc, None):
+                raise
+            return False
+        finally:
+            self.connection.log_query(
+                self.description, self.started, self.connection.round_trips() - self.round_trips
+            )
+        return bool(self.errors.__exit__(*exc))
+
+
+class SQLCompiler(compiler.SQLCompiler):
+    def select_query(self) -> SelectQuery:
+        return SelectQuery(self)
+
+    def execute_sql(self, result_type=MULTI, chunked_fetch=False, chunk_size=100):
+        result_type = result_type or NO_RESULTS
+        if result_type == CURSOR:
+            raise NotSupportedError("the encrypted database has no cursors; iterate the QuerySet")
+        select = self.select_query()
+        with _Logged(self, select.describe()):
+            rows = select.rows()
+        if result_type == MULTI:
+            return [rows] if rows else []
+        if result_type == SINGLE:
+            return rows[0][: self.col_count] if rows else None
+        if result_type == ROW_COUNT:
+            return len(rows)
+        return None
+
+    def has_results(self) -> bool:
+        select = self.select_query()
+        with _Logged(self, f"EXISTS {select.describe()}"):
+            return select.exists()
+
+    def as_sql(self, with_limits=True, with_col_aliases=False):
+        """The plan, for ``str(queryset.query)`` (there is no SQL)."""
+        return self.select_query().describe(), ()
+
+    def explain_query(self):
+        select = self.select_query()
+        with _Logged(self, f"EXPLAIN {select.describe()}"):
+            yield from select.explain_lines()
+
+
+class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
+    def execute_sql(self, returning_fields=None):
+        opts = self.query.get_meta()
+        table = opts.db_table
+        pk = opts.pk
+        fields = self.query.fields
+        rows = []
+        for obj in self.query.objs:
+            record = {f.column: self.prepare_value(f, self.pre_save_val(f, obj)) for f in fields}
+            rows.append(record)
+        with _Logged(self, f"INSERT {len(rows)} INTO {table}"):
+            session = self.connection.session
+            fresh: list = []
+            if pk.column not in (fields and [f.column for f in fields]):
+                fresh = session.engine.allocate_ids(table, len(rows))
+                for record, new_pk in zip(rows, fresh):
+                    record[pk.column] = new_pk
+            for record in rows:
+                for f in opts.local_concrete_fields:
+                    record.setdefault(f.column, None)
+                if record[pk.column] is None:
+                    raise NotSupportedError(
+                        f"{opts.label}: a primary key of type {type(pk).__name__} must be "
+                        "given (only integer auto fields are allocated by the store)"
+                    )
+            with session.writing() as txn:
+                txn.apply(
+                    PutRecords(
+                        table,
+                        [(r[pk.column], r) for r in rows],
+                        frozenset(fresh),
+                        insert=True,
+                    )
+                )
+        if not returning_fields:
+            return []
+        cols = [f.get_col(table) for f in returning_fields]
+        returned = [tuple(r.get(f.column) for f in returning_fields) for r in rows]
+        converters = self.get_converters(cols)
+        if converters:
+            returned = [tuple(r) for r in self.apply_converters(returned, converters)]
+        return returned
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateWhere(WriteOp):
+    """Set values on every row a query matches, evaluated on the snapshot it is applied
+    to: on a rebase the rows and the F() expressions are evaluated again."""
+
+    compiler: Any
+    values: tuple
+
+    def apply(self, txn: Any) -> int:
+        select = SelectQuery(self.compiler, view=txn)
+        matched = select.base_records()
+        if not matched:
+            return 0
+        changed = []
+        for pk, record in matched:
+            new = dict(record)
+            row = {select.base_alias: record}
+            for field, value in self.values:
+                new[field.column] = select.ev.value(value, row) if _is_expr(value) else value
+            changed.append((pk, new))
+        txn.writable_table(select.table).put_many(changed)
+        return len(changed)
+
+
+def _is_expr(value: Any) -> bool:
+    return hasattr(value, "resolve_expression")
+
+
+class SQLDeleteCompiler(compiler.SQLDeleteCompiler, SQLCompiler):
+    def execute_sql(self, result_type=MULTI, chunked_fetch=False, chunk_size=100):
+        select = SelectQuery(self)
+        with _Logged(self, f"DELETE {select.describe()}"):
+            session = self.connection.session
+            with session.writing() as txn:
+                view_select = SelectQuery(self, view=txn)
+                pks = [pk for pk, _ in view_select.base_records()]
+                for pk in pks:
+                    txn.apply(DeleteRecord(view_select.table, pk))
+        return len(pks) if result_type == ROW_COUNT else None
+
+
+class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
+    def execute_sql(self, result_type):
+        self.pre_sql_setup()
+        values = []
+        for field, _model, val in self.query.values:
+            if hasattr(val, "resolve_expression"):
+                val = val.resolve_expression(self.query, allow_joins=False, for_save=True)
+                if val.contains_aggregate:
+                    raise NotSupportedError("aggregates are not allowed in update()")
+            elif hasattr(val, "prepare_database_save"):
+                if field.remote_field:
+                    val = val.prepare_database_save(field)
+                else:
+                    raise TypeError(
+                        f"Tried to update field {field} with a model instance, {val!r}. "
+                        f"Use a value compatible with {field.__class__.__name__}."
+                    )
+            if not _is_expr(val):
+                val = field.get_db_prep_save(val, connection=self.connection)
+            values.append((field, val))
+        count = 0
+        if values:
+            select = SelectQuery(self)
+            with (
+                _Logged(self, f"UPDATE {select.describe()}"),
+                self.connection.session.writing() as txn,
+            ):
+                count = txn.apply(UpdateWhere(self, tuple(values)))
+        for query in self.query.get_related_updates():
+            aux = query.get_compiler(self.using).execute_sql(result_type)
+            if not count and aux:
+                count = aux
+        return count
+
+    def execute_returning_sql(self, returning_fields):
+        return [()] * self.execute_sql(ROW_COUNT)
+
+
+class SQLAggregateCompiler(compiler.SQLAggregateCompiler, SQLCompiler):
+    def select_query(self) -> SelectQuery:
+        return SelectQuery(self, inner=self.query.inner_query)
+
+
+def lock_rows(connection, table: str, rows: list[tuple[Any, dict]]) -> None:
+    """``select_for_update()``: fail the commit if these rows change before it."""
+    session = connection.session
+    if session.autocommit:
+        return
+    txn = session.transaction()
+    txn.apply(ExpectRecords(table, tuple((pk, record_of(f)) for pk, f in rows)))

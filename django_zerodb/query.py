@@ -1,0 +1,571 @@
+"""An executable SELECT built from a compiler's ``sql.Query`` (never from SQL text).
+
+The WHERE clause is split into conjuncts (``translate.py``). Conjuncts on the base table
+become one engine expression, planned on its indexes. Conjuncts on a table reached by
+INNER joins are answered on that table first and turned into ``fk IN (...)`` on the table
+that joins it (a semi-join), so ``filter(department__name="R&D")`` reads the department
+index, then the employee FK index. Joins themselves are hash joins on decrypted rows.
+
+Fast path: a query over one table (plus joins that attach at most one row, such as
+``select_related``) with an index-compatible ordering is paged, ordered and counted by
+the engine from its counted indexes. Everything else (residual conditions across tables,
+grouping, DISTINCT, ordering by expressions) runs in Python on the matching rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from django.db.models.sql.compiler import SQLUpdateCompiler
+from django.db.models.sql.datastructures import Join
+
+from django_zerodb.evaluate import AGGREGATES, ANNOTATIONS, Evaluator, _Order
+from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.translate import Never, aliases_of, combine, conjuncts, pushdown
+from zerodb_core.encoding import encode_key
+from zerodb_core.query.operators import And, Any_, Eq, Expr
+from zerodb_core.query.result import QueryResult
+from zerodb_core.transaction import View
+
+Record = dict[str, Any]
+
+
+def record_of(fields: Record) -> Record:
+    return fields
+
+
+class _Rows:
+    """The minimal collection interface QueryResult needs, yielding ``(pk, record)``."""
+
+    def __init__(self, view: View, table: str) -> None:
+        self.view = view
+        self.name = table
+
+    def table(self):
+        return self.view.table(self.name)
+
+    def make(self, pk: Any, fields: Record) -> tuple[Any, Record]:
+        return pk, fields
+
+
+class SelectQuery:
+    """One SELECT (or the row selection of an UPDATE/DELETE) on one snapshot."""
+
+    def __init__(self, compiler: Any, *, view: View | None = None, inner: Any = None) -> None:
+        self.compiler = compiler
+        self.connection = compiler.connection
+        self.query = compiler.query
+        self.inner = inner
+        self._view = view
+        self.ev = Evaluator(self.connection, self._subquery)
+        self.base_alias = self.query.get_initial_alias()
+        self.table = self.query.get_meta().db_table
+        self.pk_column = self.query.get_meta().pk.column
+        self._setup_done = False
+
+    # -- setup -----------------------------------------------------------------------------
+
+    @property
+    def view(self) -> View:
+        if self._view is None:
+            self._view = self.connection.session.view()
+        return self._view
+
+    def _setup(self) -> None:
+        if self._setup_done:
+            return
+        self._setup_done = True
+        c = self.compiler
+        if self.inner is not None:
+            self.where = None
+            self.having = None
+            self.order_by = []
+            return
+        if isinstance(c, SQLUpdateCompiler):
+            self.where, self.having, self.order_by = self.query.where, None, []
+            return
+        if self.query.extra or self.query.extra_tables:
+            raise NotSupportedError(
+                "QuerySet.extra() is not supported by the encrypted database: use "
+                "annotate() with expressions, or filter in Python"
+            )
+        if getattr(c, "_zerodb_setup", None) is None:
+            _, order_by, _ = c.pre_sql_setup()
+            c._zerodb_setup = (c.where, c.having, order_by)
+        self.where, self.having, order_by = c._zerodb_setup
+        self.order_by = [expr for expr, _ in order_by]
+
+    def _joins(self) -> list[Join]:
+        q = self.query
+        return [
+            join
+            for alias, join in q.alias_map.items()
+            if alias != self.base_alias and isinstance(join, Join) and q.alias_refcount[alias]
+        ]
+
+    def _inner_chain(self, joins: list[Join]) -> set[str]:
+        """Aliases reached from the base table by INNER joins only."""
+        chain = {self.base_alias}
+        for join in joins:
+            if join.join_type == "INNER JOIN" and join.parent_alias in chain:
+                chain.add(join.table_alias)
+        return chain
+
+    def _plan(self):
+        self._setup()
+        joins = self._joins()
+        chain = self._inner_chain(joins)
+        restrict: dict[str, list[Expr]] = defaultdict(list)
+        residual = []
+        for term in conjuncts(self.where):
+            aliases = aliases_of(term)
+            if not aliases:
+                aliases = {self.base_alias}
+            if len(aliases) == 1 and (alias := next(iter(aliases))) in chain:
+                restrict[alias].append(pushdown(term, alias, self.ev))
+            else:
+                residual.append(term)
+        # Semi-joins, deepest first: rows of a restricted INNER-joined table restrict the
+        # table that joins it.
+        by_alias = {j.table_alias: j for j in joins}
+        for join in reversed(joins):
+            alias = join.table_alias
+            if alias not in chain or not restrict.get(alias) or len(join.join_cols) != 1:
+                continue
+            parent_col, child_col = join.join_cols[0]
+            rows = self.fetch(join.table_name, combine(restrict[alias]))
+            values = {r.get(child_col) for _, r in rows} - {None}
+            restrict[join.parent_alias].append(Any_(parent_col, _sorted(values)))
+        self.joins, self.by_alias = joins, by_alias
+        self.restrict, self.residual = restrict, residual
+
+    # -- reading tables --------------------------------------------------------------------
+
+    def fetch(
+        self,
+        table: str,
+        expr: Expr | None,
+        *,
+        sort: str | None = None,
+        reverse: bool = False,
+        skip: int = 0,
+        limit: int | None = None,
+    ) -> list[tuple[Any, Record]]:
+        """``(pk, record)`` of ``table`` matching ``expr``; ordered by ``sort`` (or pk)."""
+        if any(isinstance(e, Never) for e in _top(expr)):
+            return []
+        pks = _pk_candidates(expr, self._pk_column_of(table))
+        if pks is not None:
+            found = self.view.table(table)
+            if found is None:
+                return []
+            records = self.view.run([found.get_many_reader(pks)])[0]
+            rows = [(pk, records[pk]) for pk in _sorted(records)]
+            rows = [r for r in rows if expr is None or expr.matches(r[1])]
+            if sort is not None:
+                rows.sort(key=lambda r: (_Order(r[1].get(sort)), _Order(r[0])))
+            if reverse:
+                rows.reverse()
+            return rows[skip:] if limit is None else rows[skip : skip + limit]
+        result = QueryResult(
+            _Rows(self.view, table), expr, sort_index=sort, reverse=reverse, skip=skip, limit=limit
+        )
+        return list(result)
+
+    def count(self, table: str, expr: Expr | None) -> int:
+        if any(isinstance(e, Never) for e in _top(expr)):
+            return 0
+        if _pk_candidates(expr, self._pk_column_of(table)) is not None:
+            return len(self.fetch(table, expr))
+        return len(QueryResult(_Rows(self.view, table), expr))
+
+    def _pk_column_of(self, table: str) -> str | None:
+        return self.pk_column if table == self.table else _pk_columns().get(table)
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    def base_records(self) -> list[tuple[Any, Record]]:
+        """``(pk, record)`` of the base table rows the WHERE clause selects (for UPDATE,
+        DELETE and row locks)."""
+        self._plan()
+        base = self.fetch(self.table, combine(self.restrict[self.base_alias]))
+        if not self.joins and not self.residual:
+            return base
+        joined = self._filtered(self._join([{self.base_alias: f} for _, f in base]))
+        keep = {id(r[self.base_alias]) for r in joined}
+        return [(pk, f) for pk, f in base if id(f) in keep]
+
+    def exists(self) -> bool:
+        return bool(self.rows(limit=1))
+
+    def rows(self, limit: int | None = None) -> list[list[Any]]:
+        if self.inner is not None:
+            return self._outer_aggregate()
+        self._plan()
+        q = self.query
+        low, high = q.low_mark, q.high_mark
+        if limit is not None:
+            high = low + limit if high is None else min(high, low + limit)
+        aggregates = _aggregates(self.compiler, self.having, self.order_by)
+        grouped = bool(aggregates) or q.group_by is not None
+        simple = not self.residual and all(self._attaches(j) for j in self.joins)
+        if grouped and simple and not q.distinct and _is_plain_count(self.compiler, q):
+            n = self.count(self.table, combine(self.restrict[self.base_alias]))
+            return [[n]]
+        order = self._index_order() if simple and not grouped and not q.distinct else None
+        if order is not None:
+            sort, reverse = order
+            base = self.fetch(
+                self.table,
+                combine(self.restrict[self.base_alias]),
+                sort=sort,
+                reverse=reverse,
+                skip=low,
+                limit=None if high is None else high - low,
+            )
+            rows = self._join([{self.base_alias: f} for _, f in base])
+            self._lock(base)
+            return [self._project(r) for r in rows]
+        base = self.fetch(self.table, combine(self.restrict[self.base_alias]))
+        rows = self._filtered(self._join([{self.base_alias: f} for _, f in base]))
+        self._lock(base)
+        if grouped:
+            rows = self._group(rows, aggregates)
+            if self.having is not None:
+                rows = [r for r in rows if self.ev.truth(self.having, r) is True]
+        for row in rows:
+            row[ANNOTATIONS] = self._annotations(row)
+        rows = self._sorted(rows)
+        projected = [self._project(r) for r in rows]
+        if q.distinct:
+            projected = _distinct(projected)
+        return projected[low:] if high is None else projected[low:high]
+
+    def _lock(self, base: list) -> None:
+        if self.query.select_for_update and base:
+            from django_zerodb.compiler import lock_rows
+
+            lock_rows(self.connection, self.table, base)
+
+    def _attaches(self, join: Join) -> bool:
+        """A join that adds at most one row per row: a key to the joined table's pk."""
+        if len(join.join_cols) != 1 or join.filtered_relation is not None:
+            return False
+        return join.join_cols[0][1] == _pk_columns().get(join.table_name)
+
+    def _index_order(self) -> tuple[str | None, bool] | None:
+        """``(column, descending)`` when the engine can produce the wanted order itself."""
+        if not self.order_by:
+            return (None, False)
+        keys = []
+        for order in self.order_by:
+            expr = order.expression
+            if type(expr).__name__ != "Col" or expr.alias != self.base_alias:
+                return None
+            if order.nulls_first or order.nulls_last:
+                return None
+            keys.append((expr.target.column, order.descending))
+        column, desc = keys[0]
+        if any(d != desc for _, d in keys[1:]):
+            return None
+        rest = [c for c, _ in keys[1:]]
+        if column == self.pk_column:
+            if rest or self.restrict[self.base_alias]:
+                return None
+            return (None, desc)
+        if rest not in ([], [self.pk_column]):
+            return None
+        return (column, desc)
+
+    # -- joins -----------------------------------------------------------------------------
+
+    def _join(self, rows: list[dict]) -> list[dict]:
+        for join in self.joins:
+            if join.filtered_relation is not None:
+                raise NotSupportedError(
+                    "FilteredRelation is not supported by the encrypted database; filter "
+                    "the related objects in a separate query"
+                )
+            if len(join.join_cols) != 1:
+                raise NotSupportedError("joins on composite keys are not supported")
+            parent_col, child_col = join.join_cols[0]
+            alias = join.table_alias
+            keys = {
+                _hashable(r[join.parent_alias].get(parent_col))
+                for r in rows
+                if r.get(join.parent_alias) is not None
+            } - {None}
+            matches: dict[Any, list[Record]] = defaultdict(list)
+            if keys:
+                expr = combine([Any_(child_col, _sorted(keys)), *self.restrict.get(alias, [])])
+                for _, record in self.fetch(join.table_name, expr):
+                    matches[_hashable(record.get(child_col))].append(record)
+            outer = join.join_type != "INNER JOIN"
+            joined = []
+            for row in rows:
+                parent = row.get(join.parent_alias)
+                found = matches.get(_hashable(parent.get(parent_col))) if parent else None
+                if found:
+                    for record in found:
+                        joined.append({**row, alias: record})
+                elif outer:
+                    joined.append({**row, alias: None})
+            rows = joined
+        return rows
+
+    def _filtered(self, rows: list[dict]) -> list[dict]:
+        if not self.residual:
+            return rows
+        truth = self.ev.truth
+        return [r for r in rows if all(truth(t, r) is True for t in self.residual)]
+
+    # -- grouping, ordering, projection ----------------------------------------------------
+
+    def _group(self, rows: list[dict], aggregates: list) -> list[dict]:
+        c, q = self.compiler, self.query
+        keys = [e for e, _, _ in c.select if not e.contains_aggregate]
+        if isinstance(q.group_by, tuple):
+            keys.extend(e for e in q.group_by if not e.contains_aggregate)
+        keys.extend(o.expression for o in self.order_by if not o.contains_aggregate)
+        if q.group_by is None and not keys:
+            groups = {(): rows}
+        else:
+            groups = defaultdict(list)
+            for row in rows:
+                groups[tuple(_hashable(self.ev.value(k, row)) for k in keys)].append(row)
+        out = []
+        for members in groups.values():
+            first = dict(members[0]) if members else {}
+            first[AGGREGATES] = {id(a): self._aggregate(a, members) for a in aggregates}
+            out.append(first)
+        return out
+
+    def _aggregate(self, agg: Any, rows: list[dict]) -> Any:
+        if agg.filter is not None:
+            rows = [r for r in rows if self.ev.truth(agg.filter, r) is True]
+        source = agg.source_expressions[0]
+        name = type(agg).__name__
+        if type(source).__name__ == "Star":
+            values = [1] * len(rows)
+        else:
+            values = [self.ev.value(source, r) for r in rows]
+            values = [v for v in values if v is not None]
+        if agg.distinct:
+            seen = {}
+            for v in values:
+                seen.setdefault(_hashable(v), v)
+            values = list(seen.values())
+        if name == "Count":
+            return len(values)
+        if not values:
+            return None
+        if name == "Sum":
+            return sum(values)
+        if name == "Avg":
+            total = sum(values)
+            return total / len(values)
+        if name == "Min":
+            return min(values, key=_Order)
+        if name == "Max":
+            return max(values, key=_Order)
+        if name in ("StdDev", "Variance"):
+            if len(values) < 2 and agg.function.endswith("SAMP"):
+                return None
+            sample = agg.function.endswith("SAMP")
+            fn = {
+                ("StdDev", True): statistics.stdev,
+                ("StdDev", False): statistics.pstdev,
+                ("Variance", True): statistics.variance,
+                ("Variance", False): statistics.pvariance,
+            }[(name, sample)]
+            return fn([float(v) for v in values])
+        raise NotSupportedError(
+            f"the aggregate {name} is not supported by the encrypted database; use Count, "
+            "Sum, Avg, Min, Max, StdDev or Variance"
+        )
+
+    def _annotations(self, row: dict) -> dict:
+        out = {}
+        for name, expr in self.query.annotation_select.items():
+            out[name] = self.ev.value(expr, row)
+        return out
+
+    def _sorted(self, rows: list[dict]) -> list[dict]:
+        for order in reversed(self.order_by):
+            expr = order.expression
+            values = [self.ev.value(expr, r) for r in rows]
+            nulls_first = (
+                True if order.nulls_first else False if order.nulls_last else not order.descending
+            )
+            desc = order.descending
+
+            def key(i, values=values, nulls_first=nulls_first, desc=desc):
+                v = values[i]
+                if v is None:
+                    return (0 if nulls_first != desc else 1, _Order(0))
+                return (1 if nulls_first != desc else 0, _Order(v))
+
+            index = sorted(range(len(rows)), key=key, reverse=desc)
+            rows = [rows[i] for i in index]
+        return rows
+
+    def _project(self, row: dict) -> list[Any]:
+        return [self.ev.value(expr, row) for expr, _, _ in self.compiler.select]
+
+    # -- AggregateQuery --------------------------------------------------------------------
+
+    def _outer_aggregate(self) -> list[list[Any]]:
+        inner_compiler = self.inner.get_compiler(connection=self.connection)
+        inner = SelectQuery(inner_compiler, view=self._view)
+        values = inner.rows()
+        aliases = [alias for _, _, alias in inner_compiler.select]
+        rows = [{ANNOTATIONS: dict(zip(aliases, v))} for v in values]
+        annotations = list(self.query.annotation_select.values())
+        found: list = []
+        for expr in annotations:
+            _collect_aggregates(expr, found)
+        group = {AGGREGATES: {id(a): self._aggregate(a, rows) for a in found}}
+        return [[self.ev.value(expr, group) for expr in annotations]]
+
+    # -- subqueries ------------------------------------------------------------------------
+
+    def _subquery(self, query: Any) -> list:
+        inner = getattr(query, "query", query)
+        compiler = inner.get_compiler(connection=self.connection)
+        return [row[0] for row in SelectQuery(compiler, view=self._view).rows()]
+
+    # -- description -----------------------------------------------------------------------
+
+    def describe(self) -> str:
+        try:
+            self._plan()
+        except NotSupportedError:
+            return f"SELECT FROM {self.table} (not supported)"
+        parts = [f"SELECT FROM {self.table}"]
+        base = combine(self.restrict[self.base_alias])
+        if base is not None:
+            parts.append(f"WHERE {base!r}")
+        for join in self.joins:
+            parts.append(f"{join.join_type} {join.table_name} AS {join.table_alias}")
+        if self.residual:
+            parts.append(f"FILTER {len(self.residual)} condition(s) in Python")
+        if self.order_by:
+            parts.append(
+                "ORDER BY "
+                + ", ".join(
+                    f"{'-' if o.descending else ''}{getattr(o.expression, 'target', o.expression)}"
+                    for o in self.order_by
+                )
+            )
+        if self.query.low_mark or self.query.high_mark is not None:
+            parts.append(f"OFFSET {self.query.low_mark} LIMIT {self.query.high_mark}")
+        return " ".join(parts)
+
+    def explain_lines(self):
+        self._plan()
+        result = QueryResult(_Rows(self.view, self.table), combine(self.restrict[self.base_alias]))
+        info = result.explain()
+        yield f"plan: {info['plan']}"
+        yield f"indexes: {', '.join(info['indexes']) or 'none'}"
+        yield f"estimated rows: {info['estimated_rows']}"
+        yield f"query: {self.describe()}"
+
+
+@functools.cache
+def _pk_columns() -> dict[str, str]:
+    """Primary-key column of every installed model's table."""
+    from django.apps import apps
+
+    return {m._meta.db_table: m._meta.pk.column for m in apps.get_models(include_auto_created=True)}
+
+
+def _top(expr: Expr | None) -> list[Expr]:
+    if expr is None:
+        return []
+    return list(expr.exprs) if isinstance(expr, And) else [expr]
+
+
+def _pk_candidates(expr: Expr | None, pk_column: str | None) -> list | None:
+    """The primary keys a top-level ``pk = v`` / ``pk IN (...)`` allows, if any."""
+    if pk_column is None:
+        return None
+    for e in _top(expr):
+        if type(e) is Eq and e.field == pk_column:
+            return [e.value]
+        if type(e) is Any_ and e.field == pk_column:
+            return list(e.values)
+    return None
+
+
+def _sorted(values) -> list:
+    return sorted(values, key=_Order)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return encode_key(value) if not isinstance(value, dict | list) else repr(value)
+
+
+def _distinct(rows: list[list[Any]]) -> list[list[Any]]:
+    seen = set()
+    out = []
+    for row in rows:
+        key = tuple(_hashable(v) for v in row)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
+
+
+def _collect_aggregates(expr: Any, out: list) -> None:
+    if expr is None:
+        return
+    if getattr(expr, "contains_aggregate", False) and _is_aggregate(expr):
+        out.append(expr)
+        return
+    if hasattr(expr, "get_source_expressions"):
+        for child in expr.get_source_expressions():
+            _collect_aggregates(child, out)
+    if hasattr(expr, "children"):
+        for child in expr.children:
+            _collect_aggregates(child, out)
+    if hasattr(expr, "lhs") and hasattr(expr, "rhs"):
+        _collect_aggregates(expr.lhs, out)
+        if hasattr(expr.rhs, "resolve_expression"):
+            _collect_aggregates(expr.rhs, out)
+
+
+def _is_aggregate(expr: Any) -> bool:
+    return any(k.__name__ == "Aggregate" for k in type(expr).__mro__)
+
+
+def _aggregates(compiler: Any, having: Any, order_by: list) -> list:
+    found: list = []
+    for expr, _, _ in compiler.select or []:
+        _collect_aggregates(expr, found)
+    _collect_aggregates(having, found)
+    for order in order_by:
+        _collect_aggregates(order, found)
+    unique = {}
+    for a in found:
+        unique.setdefault(id(a), a)
+    return list(unique.values())
+
+
+def _is_plain_count(compiler: Any, query: Any) -> bool:
+    """``SELECT COUNT(*)`` with no grouping: answerable from index counts."""
+    if query.group_by is not None or not compiler.select:
+        return False
+    for expr, _, _ in compiler.select:
+        if type(expr).__name__ != "Count" or expr.distinct or expr.filter is not None:
+            return False
+        source = expr.source_expressions[0]
+        if type(source).__name__ != "Star":
+            return False
+    return True

@@ -1,0 +1,45 @@
+"""``ZeroDBRouter``: the apps in ``settings.ZERODB_APPS`` live in the encrypted database.
+
+Reads and writes of their models go to the first database whose ENGINE is
+``django_zerodb`` (or ``settings.ZERODB_DATABASE``); everything else stays where it
+was. Relations may not cross between the two, since no query can join an encrypted table
+with a plaintext one; migrations of those apps run only on the encrypted database.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connections
+
+
+def encrypted_alias() -> str:
+    """The alias of the encrypted database."""
+    alias = getattr(settings, "ZERODB_DATABASE", None)
+    if alias:
+        return alias
+    for name, entry in settings.DATABASES.items():
+        if entry.get("ENGINE") == "django_zerodb":
+            return name
+    raise LookupError("no database in settings.DATABASES has ENGINE 'django_zerodb'")
+
+
+def _encrypted_app(app_label: str) -> bool:
+    return app_label in getattr(settings, "ZERODB_APPS", ())
+
+
+class ZeroDBRouter:
+    def db_for_read(self, model, **hints):
+        return encrypted_alias() if _encrypted_app(model._meta.app_label) else None
+
+    db_for_write = db_for_read
+
+    def allow_relation(self, obj1, obj2, **hints):
+        a = _encrypted_app(obj1._meta.app_label)
+        b = _encrypted_app(obj2._meta.app_label)
+        return None if a == b else False
+
+    def allow_migrate(self, db, app_label, model_name=None, **hints):
+        encrypted_db = connections[db].vendor == "zerodb"
+        if _encrypted_app(app_label):
+            return db == encrypted_alias()
+        return False if encrypted_db else None

@@ -1,0 +1,263 @@
+"""Migrations on the encrypted store: catalog changes and record rewrites, no DDL.
+
+Records are schemaless maps, so most field changes touch only the catalog (indexes).
+Adding a field with a default, renaming a column or removing a field rewrites every
+record of the model, in one transaction, with a progress bar on the terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+from django_zerodb.exceptions import NotSupportedError, translated
+from django_zerodb.indexes import (
+    field_indexes,
+    meta_index,
+    model_spec,
+    unique_constraint,
+)
+from zerodb_core.schema import ModelSpec
+from zerodb_core.transaction import DropIndex, DropModel, EnsureModel, WriteOp
+
+# Records rewritten per batch (each batch is one put into the trees).
+REWRITE_BATCH = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteRecords(WriteOp):
+    """Apply ``change(fields) -> fields`` to every record of a model (replayable: a
+    rebased migration rewrites the records of the newer snapshot)."""
+
+    model: str
+    change: Callable[[dict], dict]
+    label: str = "rewriting records"
+
+    def apply(self, txn: Any) -> int:
+        table = txn.table(self.model)
+        if table is None:
+            return 0
+        rows = txn.run([table.scan_reader()])[0]
+        progress = _progress(len(rows), f"{self.model}: {self.label}")
+        for start in range(0, len(rows), REWRITE_BATCH):
+            batch = [(pk, self.change(dict(f))) for pk, f in rows[start : start + REWRITE_BATCH]]
+            table.put_many(batch)
+            progress.update(len(batch))
+        progress.close()
+        return len(rows)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyModel(WriteOp):
+    """Copy every record of one model to another (``RenameModel``)."""
+
+    source: str
+    target: str
+
+    def apply(self, txn: Any) -> int:
+        table = txn.table(self.source)
+        if table is None:
+            return 0
+        rows = txn.run([table.scan_reader()])[0]
+        if rows:
+            txn.writable_table(self.target).put_many(rows)
+        return len(rows)
+
+
+def _progress(total: int, label: str):
+    """A tqdm bar on an interactive terminal for long rewrites; silent otherwise."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="rec",
+        disable=total < REWRITE_BATCH or not sys.stderr.isatty(),
+    )
+
+
+def empty_tables(connection, tables: list[str]) -> None:
+    """Remove every record of ``tables`` (``flush``), keeping their indexes defined."""
+    session = connection.session
+    with translated(), session.writing() as txn:
+        for name in tables:
+            spec = txn.catalog.get(name)
+            if spec is not None:
+                txn.apply(DropModel(name))
+                txn.apply(EnsureModel(spec))
+
+
+class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
+    """Catalog operations for ``migrate``; SQL-only operations refuse clearly."""
+
+    sql_create_table = ""
+
+    def execute(self, sql, params=()):
+        if sql is None or str(sql) == "":
+            return
+        raise NotSupportedError(
+            "SQL cannot run on the encrypted database (RunSQL, raw DDL): write a "
+            "RunPython migration that uses the ORM instead"
+        )
+
+    def quote_value(self, value):
+        return repr(value)
+
+    def _apply(self, *ops: WriteOp) -> None:
+        session = self.connection.session
+        with translated(), session.writing() as txn:
+            for op in ops:
+                txn.apply(op)
+
+    def _ensure(self, model) -> None:
+        self._apply(EnsureModel(model_spec(model)))
+
+    # -- models ----------------------------------------------------------------------------
+
+    def create_model(self, model) -> None:
+        self._ensure(model)
+        for field in model._meta.local_many_to_many:
+            through = field.remote_field.through
+            if through._meta.auto_created:
+                self.create_model(through)
+
+    def delete_model(self, model) -> None:
+        self._apply(DropModel(model._meta.db_table))
+        for field in model._meta.local_many_to_many:
+            through = field.remote_field.through
+            if through._meta.auto_created:
+                self.delete_model(through)
+
+    def alter_db_table(self, model, old_db_table, new_db_table) -> None:
+        if old_db_table == new_db_table:
+            return
+        spec = model_spec(model)
+        renamed = ModelSpec(new_db_table, spec.indexes)
+        self._apply(
+            EnsureModel(renamed), CopyModel(old_db_table, new_db_table), DropModel(old_db_table)
+        )
+
+    def alter_db_table_comment(self, model, old_db_table_comment, new_db_table_comment):
+        pass
+
+    def alter_db_tablespace(self, model, old_db_tablespace, new_db_tablespace):
+        pass
+
+    # -- fields ----------------------------------------------------------------------------
+
+    def add_field(self, model, field) -> None:
+        if field.many_to_many:
+            if field.remote_field.through._meta.auto_created:
+                self.create_model(field.remote_field.through)
+            return
+        if not field.concrete:
+            return
+        default = self.effective_default(field)
+        column = field.column
+        if default is not None:
+            ops: list[WriteOp] = [
+                RewriteRecords(
+                    model._meta.db_table,
+                    lambda f: {**f, column: default} if f.get(column) is None else f,
+                    f"adding {column}",
+                )
+            ]
+        else:
+            ops = []
+        self._apply(*ops, EnsureModel(model_spec(model)))
+
+    def remove_field(self, model, field) -> None:
+        if field.many_to_many:
+            if field.remote_field.through._meta.auto_created:
+                self.delete_model(field.remote_field.through)
+            return
+        if not field.concrete:
+            return
+        table = model._meta.db_table
+        column = field.column
+        ops: list[WriteOp] = [DropIndex(table, s.name) for s in self._indexes_on(table, column)]
+        ops.append(
+            RewriteRecords(
+                table, lambda f: {k: v for k, v in f.items() if k != column}, f"removing {column}"
+            )
+        )
+        self._apply(*ops)
+
+    def alter_field(self, model, old_field, new_field, strict=False) -> None:
+        if old_field.many_to_many or new_field.many_to_many:
+            return
+        table = model._meta.db_table
+        ops: list[WriteOp] = []
+        old_indexes = {s.name for s in field_indexes(old_field)} if old_field.concrete else set()
+        new_indexes = {s.name for s in field_indexes(new_field)} if new_field.concrete else set()
+        for name in old_indexes - new_indexes:
+            ops.append(DropIndex(table, name))
+        old_column, new_column = old_field.column, new_field.column
+        if old_field.concrete and new_field.concrete and old_column != new_column:
+            for spec in self._indexes_on(table, old_column):
+                ops.append(DropIndex(table, spec.name))
+            ops.append(
+                RewriteRecords(
+                    table,
+                    lambda f: {(new_column if k == old_column else k): v for k, v in f.items()},
+                    f"renaming {old_column} to {new_column}",
+                )
+            )
+        if new_field.concrete and not new_field.null and old_field.null:
+            default = self.effective_default(new_field)
+            if default is not None:
+                ops.append(
+                    RewriteRecords(
+                        table,
+                        lambda f: {**f, new_column: default} if f.get(new_column) is None else f,
+                        f"filling {new_column}",
+                    )
+                )
+        ops.append(EnsureModel(model_spec(model)))
+        self._apply(*ops)
+
+    def _indexes_on(self, table: str, column: str) -> list:
+        spec = self.connection.session.view().catalog.get(table)
+        if spec is None:
+            return []
+        return [i for i in spec.indexes.values() if column in i.fields]
+
+    # -- indexes and constraints -----------------------------------------------------------
+
+    def add_index(self, model, index) -> None:
+        spec = meta_index(model, index)
+        self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+
+    def remove_index(self, model, index) -> None:
+        self._apply(DropIndex(model._meta.db_table, meta_index(model, index).name))
+
+    def rename_index(self, model, old_index, new_index) -> None:
+        pass  # index names in the catalog come from the columns, not from Django's names
+
+    def add_constraint(self, model, constraint) -> None:
+        spec = unique_constraint(model, constraint)
+        if spec is not None:
+            self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+
+    def remove_constraint(self, model, constraint) -> None:
+        spec = unique_constraint(model, constraint)
+        if spec is not None:
+            self._apply(DropIndex(model._meta.db_table, spec.name))
+
+    def alter_unique_together(self, model, old_unique_together, new_unique_together) -> None:
+        self._realign(model)
+
+    def alter_index_together(self, model, old_index_together, new_index_together) -> None:
+        self._realign(model)
+
+    def _realign(self, model) -> None:
+        """Drop catalog indexes the model no longer declares, add the ones it lacks."""
+        table = model._meta.db_table
+        wanted = model_spec(model)
+        current = self.connection.session.view().catalog.get(table)
+        stale = [n for n in (current.indexes if current else {}) if n not in wanted.indexes]
+        self._apply(*(DropIndex(table, n) for n in stale), EnsureModel(wanted))

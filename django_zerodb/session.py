@@ -1,0 +1,88 @@
+"""The "raw connection" of the backend: one per Django connection (so per thread).
+
+It holds the transaction of the connection over the shared engine. In autocommit mode
+every write statement is a transaction of its own and every read a fresh snapshot; after
+``set_autocommit(False)`` (``atomic()``), the first statement starts a transaction that
+reads its own writes and pins one snapshot until ``commit()`` or ``rollback()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from zerodb_core import DB
+from zerodb_core.transaction import Savepoint, Transaction, View, WriteOp
+
+
+class StoreSession:
+    """Transaction state of one connection to an encrypted database."""
+
+    def __init__(self, engine: DB) -> None:
+        self.engine = engine
+        self.autocommit = True
+        self.txn: Transaction | None = None
+        self.savepoints: dict[str, Savepoint] = {}
+        self.closed = False
+
+    # -- DB-API-like surface used by Django's BaseDatabaseWrapper --------------------------
+
+    def set_autocommit(self, autocommit: bool) -> None:
+        self.autocommit = autocommit
+
+    def commit(self) -> None:
+        txn, self.txn = self.txn, None
+        self.savepoints.clear()
+        if txn is not None and txn.ops:
+            self.engine.commit(txn)
+
+    def rollback(self) -> None:
+        self.txn = None
+        self.savepoints.clear()
+
+    def close(self) -> None:
+        self.rollback()
+        self.closed = True
+
+    # -- savepoints ------------------------------------------------------------------------
+
+    def savepoint(self, sid: str) -> None:
+        self.savepoints[sid] = self.transaction().savepoint()
+
+    def rollback_to_savepoint(self, sid: str) -> None:
+        if self.txn is not None and sid in self.savepoints:
+            self.txn.rollback_to(self.savepoints[sid])
+
+    def release_savepoint(self, sid: str) -> None:
+        self.savepoints.pop(sid, None)
+
+    # -- reading and writing ---------------------------------------------------------------
+
+    def transaction(self) -> Transaction:
+        """The open transaction, started on the latest root if there is none."""
+        if self.txn is None:
+            self.txn = self.engine.begin()
+        return self.txn
+
+    def view(self) -> View:
+        """What a read sees: the open transaction, or a fresh snapshot in autocommit."""
+        if not self.autocommit:
+            return self.transaction()
+        return self.engine.snapshot()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Transaction]:
+        """The transaction a write statement goes into; in autocommit mode one of its own,
+        committed when the statement is done (or dropped if it fails)."""
+        if not self.autocommit:
+            yield self.transaction()
+            return
+        txn = self.engine.begin()
+        yield txn
+        if txn.ops:
+            self.engine.commit(txn)
+
+    def apply(self, op: WriteOp) -> Any:
+        with self.writing() as txn:
+            return txn.apply(op)

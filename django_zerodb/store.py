@@ -1,0 +1,129 @@
+"""Open the encrypted engine (a ``zerodb_core.DB``) for a ``DATABASES`` entry.
+
+Unlocking the keyring runs Argon2id (hundreds of milliseconds by design), and an
+in-memory store must be the same store for every thread, so one engine is shared by every
+connection of the process that has the same settings. Django's connections are per
+thread; each keeps its own transaction over the shared engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from zerodb_core import DB
+
+_engines: dict[tuple, DB] = {}
+_lock = threading.Lock()
+
+# OPTIONS keys the backend understands (documented in docs/settings.md).
+KNOWN_OPTIONS = frozenset(
+    {
+        "STORE",
+        "PASSPHRASE",
+        "KEY_FILE",
+        "USERNAME",
+        "KDF",
+        "CACHE_BYTES",
+        "FRESHNESS_PATH",
+        "DELAY",
+        "NODE_BYTES",
+    }
+)
+
+
+def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
+    """Check a ``DATABASES`` entry and return what opening its engine needs."""
+    options = dict(settings_dict.get("OPTIONS") or {})
+    unknown = sorted(set(options) - KNOWN_OPTIONS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"unknown OPTIONS for the django_zerodb database: {', '.join(unknown)} "
+            f"(known: {', '.join(sorted(KNOWN_OPTIONS))})"
+        )
+    store = options.get("STORE")
+    host = settings_dict.get("HOST")
+    if not store and host:
+        store = f"zerodb://{host}:{settings_dict.get('PORT') or 8001}"
+    if not store:
+        raise ImproperlyConfigured(
+            "the django_zerodb database needs OPTIONS['STORE'] "
+            "('memory://', 'sqlite:///path/file.zdb' or 'zerodb://host:port') or HOST/PORT"
+        )
+    passphrase = options.get("PASSPHRASE") or settings_dict.get("PASSWORD")
+    if not passphrase:
+        raise ImproperlyConfigured(
+            "the django_zerodb database needs a passphrase: OPTIONS['PASSPHRASE'] "
+            "(for example from an environment variable) or PASSWORD"
+        )
+    name = settings_dict.get("NAME") or "main"
+    return {
+        "store": store,
+        "database": name,
+        "username": options.get("USERNAME") or settings_dict.get("USER") or "root",
+        "passphrase": passphrase,
+        "key_file": options.get("KEY_FILE"),
+        "kdf": options.get("KDF"),
+        "cache_bytes": options.get("CACHE_BYTES"),
+        "freshness_path": options.get("FRESHNESS_PATH"),
+        "delay": float(options.get("DELAY") or 0.0),
+        "node_bytes": options.get("NODE_BYTES"),
+    }
+
+
+def parse_store(store: str) -> str | tuple[str, int]:
+    """``zerodb://host:port`` becomes ``(host, port)``; embedded URLs stay as they are."""
+    if store.startswith("zerodb://"):
+        address = store[len("zerodb://") :].rstrip("/")
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ImproperlyConfigured(f"a blob server store is zerodb://host:port, not {store!r}")
+        return (host.strip("[]"), int(port))
+    if store.startswith(("memory://", "sqlite:///")):
+        return store
+    raise ImproperlyConfigured(
+        f"unknown STORE {store!r}: use 'memory://', 'sqlite:///path' or 'zerodb://host:port'"
+    )
+
+
+def open_engine(params: dict[str, Any]) -> DB:
+    """The shared engine for these settings, opened (and its keyring unlocked) once."""
+    secret = hashlib.blake2b(str(params["passphrase"]).encode(), digest_size=16).digest()
+    key = (
+        params["store"],
+        params["database"],
+        params["username"],
+        secret,
+        str(params["key_file"]),
+        params["delay"],
+        params["node_bytes"],
+    )
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            kwargs: dict[str, Any] = {"database": params["database"], "delay": params["delay"]}
+            for name in ("kdf", "cache_bytes", "freshness_path", "node_bytes"):
+                if params[name] is not None:
+                    kwargs[name] = params[name]
+            if params["key_file"] is not None:
+                kwargs["key_file"] = os.fspath(params["key_file"])
+            engine = DB(
+                parse_store(params["store"]),
+                params["username"],
+                params["passphrase"],
+                **kwargs,
+            )
+            _engines[key] = engine
+        return engine
+
+
+def forget_engines(store: str | None = None) -> None:
+    """Close and forget shared engines (of one store, or all): used when a test store
+    is destroyed."""
+    with _lock:
+        for key in [k for k in _engines if store is None or k[0] == store]:
+            _engines.pop(key).close()

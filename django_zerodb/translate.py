@@ -1,0 +1,217 @@
+"""From Django's ``WhereNode`` to the engine's query expressions.
+
+A WHERE clause is split into its top-level conjuncts. A conjunct that reads columns of one
+table alias only is *pushed down* to that table as an engine expression that is exactly
+"this conjunct is True" under SQL's three-valued logic: negations are pushed to the leaves
+(De Morgan holds in Kleene logic), and a negated comparison becomes the engine's "present
+value outside ..." operator (``NotEq``, ``NotInRange``, ``NotAny``, ``Le``...), which is
+what ``NOT (x > 5)`` means when ``x`` may be NULL. Index-servable leaves become index scans;
+anything else becomes a check on the decrypted record (``RowCondition``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models.sql.where import AND, OR, NothingNode, WhereNode
+
+from django_zerodb.evaluate import Evaluator, lookup_test
+from zerodb_core.exceptions import QueryError
+from zerodb_core.query.operators import (
+    And,
+    Any_,
+    Contains,
+    Eq,
+    Expr,
+    Ge,
+    Gt,
+    InRange,
+    IsNull,
+    Le,
+    Lt,
+    Match,
+    NotAny,
+    NotEq,
+    NotInRange,
+    Or,
+    StartsWith,
+)
+
+
+class RowCondition(Expr):
+    """A condition on several columns of one record, evaluated by the Django layer."""
+
+    def __init__(self, node: Any, alias: str, columns: set[str], ev: Evaluator, negated: bool):
+        self.node = node
+        self.alias = alias
+        self.columns = columns
+        self.ev = ev
+        self.negated = negated
+
+    def matches(self, record: dict) -> bool:
+        value = self.ev.truth(self.node, {self.alias: record})
+        return value is (not self.negated)
+
+    def fields(self) -> set[str]:
+        return set(self.columns)
+
+    def __repr__(self) -> str:
+        return f"{'Not' if self.negated else ''}Check({', '.join(sorted(self.columns))})"
+
+
+class Never(Expr):
+    """Matches nothing (``filter(pk__in=[])``, a ``NothingNode``)."""
+
+    def matches(self, record: dict) -> bool:
+        return False
+
+    def fields(self) -> set[str]:
+        return set()
+
+    def __repr__(self) -> str:
+        return "Nothing"
+
+
+def columns_of(node: Any) -> set[tuple[str, str]]:
+    """``(alias, column)`` of every column a node reads (subqueries excluded)."""
+    found: set[tuple[str, str]] = set()
+    _collect_columns(node, found)
+    return found
+
+
+def _collect_columns(node: Any, found: set) -> None:
+    if node is None or isinstance(node, str | int | float | bytes | bool):
+        return
+    if isinstance(node, WhereNode):
+        for child in node.children:
+            _collect_columns(child, found)
+        return
+    kind = type(node).__name__
+    if kind == "Col":
+        found.add((node.alias, node.target.column))
+        return
+    if kind in ("Query", "Subquery", "Exists"):
+        return
+    if hasattr(node, "lhs") and hasattr(node, "rhs") and hasattr(node, "lookup_name"):
+        _collect_columns(node.lhs, found)
+        rhs = node.rhs
+        if isinstance(rhs, list | tuple):
+            for item in rhs:
+                if hasattr(item, "resolve_expression"):
+                    _collect_columns(item, found)
+        elif hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"):
+            _collect_columns(rhs, found)
+        return
+    if hasattr(node, "get_source_expressions"):
+        for child in node.get_source_expressions():
+            _collect_columns(child, found)
+        if kind == "Case":
+            for when in node.cases:
+                _collect_columns(when, found)
+
+
+def conjuncts(node: WhereNode | None) -> list[Any]:
+    """Top-level AND terms of a WHERE clause (a negated or OR node is one term)."""
+    if node is None:
+        return []
+    if isinstance(node, WhereNode) and node.connector == AND and not node.negated:
+        out = []
+        for child in node.children:
+            out.extend(conjuncts(child))
+        return out
+    return [node]
+
+
+def aliases_of(node: Any) -> set[str]:
+    return {alias for alias, _ in columns_of(node)}
+
+
+def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Expr:
+    """The engine expression meaning ``node is True`` (``is False`` when ``negated``) on
+    records of ``alias``; the caller checked that ``node`` reads no other alias."""
+    if isinstance(node, NothingNode):
+        return Never() if not negated else _always()
+    if isinstance(node, WhereNode):
+        neg = negated != node.negated
+        if node.connector not in (AND, OR):
+            return _row(node, alias, neg, ev)
+        parts = [pushdown(child, alias, ev, neg) for child in node.children]
+        if not parts:
+            return _always() if node.connector == AND and not neg else Never()
+        conjunctive = (node.connector == AND) != neg
+        if len(parts) == 1:
+            return parts[0]
+        return And(*parts) if conjunctive else Or(*parts)
+    if hasattr(node, "lookup_name") and hasattr(node, "rhs"):
+        return _lookup(node, alias, ev, negated)
+    return _row(node, alias, negated, ev)
+
+
+def _always() -> Expr:
+    return IsNull("__never_a_column__")
+
+
+def _row(node: Any, alias: str, negated: bool, ev: Evaluator) -> Expr:
+    columns = {column for _, column in columns_of(node)}
+    return RowCondition(node, alias, columns, ev, negated)
+
+
+def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
+    lhs = lookup.lhs
+    rhs = lookup.rhs
+    direct = not (hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"))
+    if isinstance(rhs, list | tuple):
+        direct = direct and not any(hasattr(v, "resolve_expression") for v in rhs)
+    if type(lhs).__name__ != "Col" or not direct or type(rhs).__name__ == "Query":
+        return _row(lookup, alias, negated, ev)
+    column = lhs.target.column
+    name = lookup.lookup_name
+    value = ev.rhs(lookup, {})
+    try:
+        built = _operator(name, column, value, negated)
+    except QueryError:
+        built = None
+    if built is not None:
+        return built
+    want = not negated
+    return Match(
+        column,
+        lambda v, n=name, r=value, w=want: lookup_test(n, v, r) is w,
+        f"{'not ' if negated else ''}{name} {value!r}",
+    )
+
+
+def _operator(name: str, column: str, value: Any, negated: bool) -> Expr | None:
+    """An index-servable engine operator for a simple lookup, if there is one."""
+    if name == "isnull":
+        return IsNull(column, bool(value) != negated)
+    if value is None:
+        return Never()  # a comparison with NULL is never True, nor is its negation
+    if name == "exact":
+        return NotEq(column, value) if negated else Eq(column, value)
+    if name == "in":
+        values = list(value)
+        if None in values:
+            if negated:
+                return Never()
+            values = [v for v in values if v is not None]
+        return NotAny(column, values) if negated else Any_(column, values)
+    if name == "range":
+        low, high = value
+        if low is None or high is None:
+            return Never()
+        return NotInRange(column, low, high) if negated else InRange(column, low, high)
+    if name in ("gt", "gte", "lt", "lte"):
+        ops = {"gt": (Gt, Le), "gte": (Ge, Lt), "lt": (Lt, Ge), "lte": (Le, Gt)}[name]
+        return ops[1](column, value) if negated else ops[0](column, value)
+    if name == "startswith" and not negated and isinstance(value, str):
+        return StartsWith(column, value)
+    if name == "search" and not negated and isinstance(value, str):
+        return Contains(column, value)
+    return None
+
+
+def combine(exprs: list[Expr]) -> Expr | None:
+    if not exprs:
+        return None
+    return exprs[0] if len(exprs) == 1 else And(*exprs)

@@ -1,0 +1,45 @@
+"""Models of the backend tests: an HR schema like the example project's."""
+
+from django.db import models
+
+from django_zerodb.indexes import TextIndex
+
+
+class Department(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    budget = models.DecimalField(max_digits=12, decimal_places=2, null=True)
+
+    def __str__(self):
+        return self.name
+
+
+class Employee(models.Model):
+    first_name = models.CharField(max_length=50, db_index=True)
+    last_name = models.CharField(max_length=50)
+    email = models.EmailField(unique=True)
+    title = models.CharField(max_length=100, blank=True)
+    salary = models.IntegerField(db_index=True, null=True)
+    department = models.ForeignKey(
+        Department, on_delete=models.CASCADE, null=True, related_name="employees"
+    )
+    hire_date = models.DateField(null=True, db_index=True)
+    is_active = models.BooleanField(default=True)
+    bio = models.TextField(blank=True)
+    updated = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [TextIndex(fields=["bio"], name="employee_bio_text")]
+        ordering = ["id"]
+
+    def __str__(self):
+        return f"{self.first_name} {self.last_name}"
+
+
+class Counter(models.Model):
+    name = models.CharField(max_length=20, unique=True)
+    value = models.IntegerField(default=0)
+
+
+class Tag(models.Model):
+    label = models.CharField(max_length=30)
+    employees = models.ManyToManyField(Employee, related_name="tags")
