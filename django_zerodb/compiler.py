@@ -77,7 +77,7 @@ class SQLCompiler(compiler.SQLCompiler):
 
     def as_sql(self, with_limits=True, with_col_aliases=False):
         """The plan, for ``str(queryset.query)`` (there is no SQL)."""
-        return self.select_query().describe(), ()
+        return self.select_query().describe().replace("%", "%%"), ()
 
     def explain_query(self):
         select = self.select_query()
@@ -210,6 +210,7 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
 
 class SQLAggregateCompiler(compiler.SQLAggregateCompiler, SQLCompiler):
     def select_query(self) -> SelectQuery:
+        self.col_count = len(self.query.annotation_select)
         return SelectQuery(self, inner=self.query.inner_query)
 
 

@@ -131,10 +131,17 @@ class Evaluator:
     (subqueries run once, values go through the field's ``get_db_prep_value``).
     """
 
-    def __init__(self, connection, resolve_subquery: Callable[[Any], list]) -> None:
+    def __init__(
+        self,
+        connection,
+        resolve_subquery: Callable[[Any], list],
+        decorrelate: Callable[[Any], tuple[list, set]],
+    ) -> None:
         self.connection = connection
         self.resolve_subquery = resolve_subquery
+        self.decorrelate = decorrelate
         self._rhs: dict[int, Any] = {}
+        self._exists: dict[int, tuple[list, set]] = {}
 
     # -- conditions ------------------------------------------------------------------------
 
@@ -557,7 +564,33 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
     return value
 
 
+def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
+    """``EXISTS (subquery)``, decorrelated once: the subquery runs without its
+    ``inner = outer`` conditions, selecting the inner columns; a row passes when its
+    outer values are among the results."""
+    found = ev._exists.get(id(expr))
+    if found is None:
+        found = ev._exists[id(expr)] = ev.decorrelate(expr.query)
+    outer, keys = found
+    if not outer:
+        result = bool(keys)
+    else:
+        values = tuple(ev.value(c, row) for c in outer)
+        result = None not in values and tuple(map(hashable, values)) in keys
+    return not result if getattr(expr, "negated", False) else result
+
+
+def hashable(value: Any) -> Any:
+    """A value usable as a dict key (grouping, joins, DISTINCT)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
 _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
+    "Exists": _exists,
     "Col": _col,
     "Ref": _ref,
     "Value": _value,

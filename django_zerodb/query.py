@@ -22,9 +22,16 @@ from typing import Any
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 
-from django_zerodb.evaluate import AGGREGATES, ANNOTATIONS, Evaluator, _Order
+from django_zerodb.evaluate import AGGREGATES, ANNOTATIONS, Evaluator, _Order, hashable
 from django_zerodb.exceptions import NotSupportedError
-from django_zerodb.translate import Never, aliases_of, combine, conjuncts, pushdown
+from django_zerodb.translate import (
+    Never,
+    aliases_of,
+    columns_of,
+    combine,
+    conjuncts,
+    pushdown,
+)
 from zerodb_core.encoding import encode_key
 from zerodb_core.query.operators import And, Any_, Eq, Expr
 from zerodb_core.query.result import QueryResult
@@ -60,10 +67,10 @@ class SelectQuery:
         self.query = compiler.query
         self.inner = inner
         self._view = view
-        self.ev = Evaluator(self.connection, self._subquery)
-        self.base_alias = self.query.get_initial_alias()
-        self.table = self.query.get_meta().db_table
-        self.pk_column = self.query.get_meta().pk.column
+        self.ev = Evaluator(self.connection, self._subquery, self._decorrelate)
+        self.base_alias = _base_alias(self.query)
+        self.table = self.query.alias_map[self.base_alias].table_name
+        self.pk_column = _pk_columns().get(self.table, self.query.get_meta().pk.column)
         self._setup_done = False
 
     # -- setup -----------------------------------------------------------------------------
@@ -437,6 +444,42 @@ class SelectQuery:
         compiler = inner.get_compiler(connection=self.connection)
         return [row[0] for row in SelectQuery(compiler, view=self._view).rows()]
 
+    def _decorrelate(self, query: Any) -> tuple[list, set]:
+        """Run a correlated ``EXISTS`` subquery once, without its ``inner = outer``
+        equalities: return the outer columns and the set of inner value tuples."""
+        inner = query.clone()
+        inner.clear_limits()
+        inner.clear_ordering(force=True)
+        pairs, kept = [], []
+        where = inner.where
+        children = where.children if where.connector == "AND" and not where.negated else None
+        for child in children if children is not None else [where]:
+            pair = _correlation(child, inner.alias_map)
+            if pair is not None and children is not None:
+                pairs.append(pair)
+            else:
+                kept.append(child)
+        if children is not None:
+            where.children = kept
+        if any(alias not in inner.alias_map for alias, _ in columns_of(inner.where)):
+            raise NotSupportedError(
+                "this correlated subquery (OuterRef) is not supported by the encrypted "
+                "database: only OuterRef equalities (field=OuterRef('pk')) can be used; "
+                "filter across the relation instead"
+            )
+        inner.default_cols = False
+        inner.select = tuple(i for i, _ in pairs) or (
+            inner.get_meta().pk.get_col(inner.get_initial_alias()),
+        )
+        inner.set_annotation_mask(())
+        inner.values_select = ()
+        compiler = inner.get_compiler(connection=self.connection)
+        rows = SelectQuery(compiler, view=self._view).rows()
+        if not pairs:
+            return [], {()} if rows else set()
+        keys = {tuple(hashable(v) for v in r[: len(pairs)]) for r in rows}
+        return [o for _, o in pairs], keys
+
     # -- description -----------------------------------------------------------------------
 
     def describe(self) -> str:
@@ -465,13 +508,19 @@ class SelectQuery:
         return " ".join(parts)
 
     def explain_lines(self):
+        """The plan, chosen indexes, estimated rows, and the round trips and rows of
+        actually running the query (round trips are the unit of cost here)."""
         self._plan()
         result = QueryResult(_Rows(self.view, self.table), combine(self.restrict[self.base_alias]))
         info = result.explain()
+        before = self.connection.round_trips()
+        rows = self.rows()
+        yield f"query: {self.describe()}"
         yield f"plan: {info['plan']}"
         yield f"indexes: {', '.join(info['indexes']) or 'none'}"
         yield f"estimated rows: {info['estimated_rows']}"
-        yield f"query: {self.describe()}"
+        yield f"rows: {len(rows)}"
+        yield f"round trips: {self.connection.round_trips() - before}"
 
 
 @functools.cache
@@ -480,6 +529,30 @@ def _pk_columns() -> dict[str, str]:
     from django.apps import apps
 
     return {m._meta.db_table: m._meta.pk.column for m in apps.get_models(include_auto_created=True)}
+
+
+def _base_alias(query: Any) -> str:
+    """The table the query reads from: its first base table still in use (Django may
+    trim the start of a join chain, as ``exclude()`` across a relation does)."""
+    for alias, table in query.alias_map.items():
+        if not isinstance(table, Join) and query.alias_refcount.get(alias):
+            return alias
+    # get_initial_alias() references the first table (a side effect), so only now.
+    return query.get_initial_alias()
+
+
+def _correlation(node: Any, inner_aliases: dict) -> tuple[Any, Any] | None:
+    """``(inner column, outer column)`` of an ``inner = outer`` condition, else None."""
+    if getattr(node, "lookup_name", None) != "exact" or isinstance(node, type):
+        return None
+    lhs, rhs = node.lhs, node.rhs
+    if type(lhs).__name__ != "Col" or type(rhs).__name__ != "Col":
+        return None
+    if lhs.alias in inner_aliases and rhs.alias not in inner_aliases:
+        return lhs, rhs
+    if rhs.alias in inner_aliases and lhs.alias not in inner_aliases:
+        return rhs, lhs
+    return None
 
 
 def _top(expr: Expr | None) -> list[Expr]:

@@ -91,6 +91,8 @@ def _collect_columns(node: Any, found: set) -> None:
         found.add((node.alias, node.target.column))
         return
     if kind in ("Query", "Subquery", "Exists"):
+        query = getattr(node, "query", node)
+        found.update(c for c in _inner_columns(query) if c[0] not in query.alias_map)
         return
     if hasattr(node, "lhs") and hasattr(node, "rhs") and hasattr(node, "lookup_name"):
         _collect_columns(node.lhs, found)
@@ -108,6 +110,13 @@ def _collect_columns(node: Any, found: set) -> None:
         if kind == "Case":
             for when in node.cases:
                 _collect_columns(when, found)
+
+
+def _inner_columns(query: Any) -> set[tuple[str, str]]:
+    """Columns the WHERE clause of a subquery reads, its own and the outer query's."""
+    found: set[tuple[str, str]] = set()
+    _collect_columns(query.where, found)
+    return found
 
 
 def conjuncts(node: WhereNode | None) -> list[Any]:

@@ -3,6 +3,7 @@
 from django.db import models
 
 from django_zerodb.indexes import TextIndex
+from django_zerodb.managers import ZeroManager
 
 
 class Department(models.Model):
@@ -14,6 +15,8 @@ class Department(models.Model):
 
 
 class Employee(models.Model):
+    objects = ZeroManager()
+
     first_name = models.CharField(max_length=50, db_index=True)
     last_name = models.CharField(max_length=50)
     email = models.EmailField(unique=True)
