@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_zerodb import exceptions as Database
+from django_zerodb import database as Database
 from django_zerodb.client import DatabaseClient
 from django_zerodb.creation import DatabaseCreation
 from django_zerodb.exceptions import NotSupportedError, translated
@@ -129,7 +129,7 @@ class DatabaseWrapper(BaseDatabaseWrapper):
     # -- opening ---------------------------------------------------------------------------
 
     def get_connection_params(self) -> dict[str, Any]:
-        return store_settings(self.settings_dict)
+        return {**store_settings(self.settings_dict), "alias": self.alias}
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> StoreSession:
         with translated():
@@ -155,10 +155,12 @@ class DatabaseWrapper(BaseDatabaseWrapper):
             self.connection.savepoint(sid)
 
     def _savepoint_rollback(self, sid: str) -> None:
-        self.connection.rollback_to_savepoint(sid)
+        with self.wrap_database_errors:
+            self.connection.rollback_to_savepoint(sid)
 
     def _savepoint_commit(self, sid: str) -> None:
-        self.connection.release_savepoint(sid)
+        with self.wrap_database_errors:
+            self.connection.release_savepoint(sid)
 
     def _commit(self) -> None:
         if self.connection is not None:
@@ -169,8 +171,10 @@ class DatabaseWrapper(BaseDatabaseWrapper):
 
     @property
     def session(self) -> StoreSession:
-        """The connection's session, connecting first if needed."""
+        """The connection's session, connecting first if needed. Like ``cursor()`` on
+        other backends, it refuses while an ``atomic`` block is marked for rollback."""
         self.ensure_connection()
+        self.validate_no_broken_transaction()
         return self.connection
 
     def log_query(self, description: str, started: float, round_trips: int) -> None:
@@ -179,8 +183,9 @@ class DatabaseWrapper(BaseDatabaseWrapper):
         if self.queries_logged:
             self.queries_log.append(
                 {
-                    "sql": f"{description} [round trips: {round_trips}]",
+                    "sql": description,
                     "time": f"{time.monotonic() - started:.3f}",
+                    "round_trips": round_trips,
                 }
             )
 

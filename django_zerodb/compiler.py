@@ -13,10 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models.expressions import DatabaseDefault
 from django.db.models.sql import compiler
 from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
 
-from django_zerodb.exceptions import NotSupportedError, translated
+from django_zerodb.evaluate import Evaluator
+from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery, record_of
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
@@ -60,8 +62,11 @@ class SQLCompiler(compiler.SQLCompiler):
         if result_type == CURSOR:
             raise NotSupportedError("the encrypted database has no cursors; iterate the QuerySet")
         select = self.select_query()
-        with _Logged(self, select.describe()):
-            rows = select.rows()
+        if select.trivially_empty():
+            rows = []
+        else:
+            with _Logged(self, select.describe()):
+                rows = select.rows()
         if result_type == MULTI:
             return [rows] if rows else []
         if result_type == SINGLE:
@@ -72,6 +77,8 @@ class SQLCompiler(compiler.SQLCompiler):
 
     def has_results(self) -> bool:
         select = self.select_query()
+        if select.trivially_empty():
+            return False
         with _Logged(self, f"EXISTS {select.describe()}"):
             return select.exists()
 
@@ -91,10 +98,12 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
         table = opts.db_table
         pk = opts.pk
         fields = self.query.fields
-        rows = []
-        for obj in self.query.objs:
-            record = {f.column: self.prepare_value(f, self.pre_save_val(f, obj)) for f in fields}
-            rows.append(record)
+        ev = Evaluator(self.connection, _no_subquery, _no_subquery)
+        rows = [
+            {f.column: self._stored_value(ev, f, obj) for f in fields} for obj in self.query.objs
+        ]
+        for record in rows:
+            check_not_null(table, fields, record)
         with _Logged(self, f"INSERT {len(rows)} INTO {table}"):
             session = self.connection.session
             fresh: list = []
@@ -121,12 +130,37 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                 )
         if not returning_fields:
             return []
+        returning_fields = [f for f in returning_fields if f.column in rows[0]] if rows else []
         cols = [f.get_col(table) for f in returning_fields]
         returned = [tuple(r.get(f.column) for f in returning_fields) for r in rows]
         converters = self.get_converters(cols)
         if converters:
             returned = [tuple(r) for r in self.apply_converters(returned, converters)]
         return returned
+
+    def _stored_value(self, ev: Evaluator, field: Any, obj: Any) -> Any:
+        """The value an INSERT stores: ``db_default`` and expressions (``Now()``...)
+        evaluated here, since there is no SQL DEFAULT to fall back on."""
+        value = self.pre_save_val(field, obj)
+        if isinstance(value, DatabaseDefault):
+            value = field.db_default
+        value = self.prepare_value(field, value)
+        if _is_expr(value):
+            value = ev.value(value, {})
+            if value is not None and not _is_expr(value):
+                value = field.get_db_prep_save(value, connection=self.connection)
+        return value
+
+
+def check_not_null(table: str, fields: Any, record: dict) -> None:
+    """Refuse NULL in a column declared ``null=False`` (the store has no NOT NULL)."""
+    for field in fields:
+        if not field.null and record.get(field.column) is None and not field.primary_key:
+            raise IntegrityError(f"NOT NULL constraint failed: {table}.{field.column}")
+
+
+def _no_subquery(query: Any) -> Any:
+    raise NotSupportedError("subqueries are not supported as values of an INSERT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +182,7 @@ class UpdateWhere(WriteOp):
             row = {select.base_alias: record}
             for field, value in self.values:
                 new[field.column] = select.ev.value(value, row) if _is_expr(value) else value
+            check_not_null(select.table, [f for f, _ in self.values], new)
             changed.append((pk, new))
         txn.writable_table(select.table).put_many(changed)
         return len(changed)
@@ -160,7 +195,9 @@ def _is_expr(value: Any) -> bool:
 class SQLDeleteCompiler(compiler.SQLDeleteCompiler, SQLCompiler):
     def execute_sql(self, result_type=MULTI, chunked_fetch=False, chunk_size=100):
         select = SelectQuery(self)
-        with _Logged(self, f"DELETE {select.describe()}"):
+        if select.trivially_empty():
+            return 0 if result_type == ROW_COUNT else None
+        with _Logged(self, select.describe("DELETE")):
             session = self.connection.session
             with session.writing() as txn:
                 view_select = SelectQuery(self, view=txn)
@@ -191,10 +228,10 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                 val = field.get_db_prep_save(val, connection=self.connection)
             values.append((field, val))
         count = 0
-        if values:
+        if values and not SelectQuery(self).trivially_empty():
             select = SelectQuery(self)
             with (
-                _Logged(self, f"UPDATE {select.describe()}"),
+                _Logged(self, select.describe("UPDATE")),
                 self.connection.session.writing() as txn,
             ):
                 count = txn.apply(UpdateWhere(self, tuple(values)))

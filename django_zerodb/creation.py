@@ -50,9 +50,11 @@ class DatabaseCreation(BaseDatabaseCreation):
         return settings_dict
 
     def test_db_signature(self) -> tuple:
+        # The test store, not OPTIONS["STORE"]: two aliases that differ only in their
+        # TEST["STORE"] are two test databases, not mirrors of one.
         settings_dict = self.connection.settings_dict
         return (
-            settings_dict.get("OPTIONS", {}).get("STORE"),
+            self._test_store(),
             self._get_test_db_name(),
             settings_dict.get("ENGINE"),
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.db.models.sql.where import AND, OR, XOR, NothingNode, WhereNode
 from django.utils import timezone
+from django.utils.duration import duration_microseconds
 
 from django_zerodb.exceptions import NotSupportedError
 from zerodb_core.encoding import encode_key
@@ -77,6 +79,8 @@ def lookup_test(name: str, lhs: Any, rhs: Any) -> bool | None:
     """Decide ``lhs <name> rhs`` with SQL NULL semantics (None = unknown)."""
     if name == "isnull":
         return (lhs is None) == bool(rhs)
+    if name == "in" and not rhs:
+        return False  # IN over nothing is False, even for NULL
     if lhs is None:
         return None
     if name == "in":
@@ -187,7 +191,8 @@ class Evaluator:
             constant = _is_constant(rhs)
             value = self.value(rhs, row)
         elif name in ("in", "range"):
-            value = [self._item(lookup, v, row) for v in rhs]
+            # Django drops None from a list of values for ``in`` (NULL equals nothing).
+            value = [self._item(lookup, v, row) for v in rhs if v is not None or name == "range"]
             constant = all(not hasattr(v, "resolve_expression") for v in rhs)
         elif name == "isnull":
             value = rhs
@@ -309,6 +314,11 @@ def _combined(ev: Evaluator, expr: Any, row: Row) -> Any:
     b = ev.value(expr.rhs, row)
     if a is None or b is None:
         return None
+    kind = type(expr).__name__
+    if kind == "DurationExpression":  # date/datetime +- duration (stored as microseconds)
+        a, b = _duration_operand(expr.lhs, a), _duration_operand(expr.rhs, b)
+    elif kind == "TemporalSubtraction":  # a DurationField value: microseconds
+        return duration_microseconds(a - b)
     op = expr.connector
     try:
         if op == "+":
@@ -347,6 +357,15 @@ def _combined(ev: Evaluator, expr: Any, row: Row) -> Any:
             f"cannot compute {type(a).__name__} {op} {type(b).__name__} on the encrypted database"
         ) from None
     raise NotSupportedError(f"the operator {op!r} is not supported by the encrypted database")
+
+
+def _duration_operand(side: Any, value: Any) -> Any:
+    """A duration operand as a timedelta: there is no native duration type, so
+    DurationField values (and timedelta literals) are microseconds."""
+    field = getattr(side, "_output_field_or_none", None)
+    if type(value) is int and field is not None and field.get_internal_type() == "DurationField":
+        return datetime.timedelta(microseconds=value)
+    return value
 
 
 def _combined_decimal(op: str, a: Any, b: Any) -> Any:
@@ -590,6 +609,7 @@ def hashable(value: Any) -> Any:
 
 
 _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
+    "Random": lambda ev, e, row: random.random(),
     "Exists": _exists,
     "Col": _col,
     "Ref": _ref,
@@ -599,6 +619,7 @@ _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
     "TemporalSubtraction": _combined,
     "ExpressionWrapper": lambda ev, e, row: ev.value(e.expression, row),
     "Aggregate": _aggregate,
+    "AggregateFilter": lambda ev, e, row: ev.truth(e.condition, row),
     "Coalesce": _coalesce,
     "Concat": lambda ev, e, row: ev.value(e.source_expressions[0], row),
     "ConcatPair": _concat,

@@ -32,9 +32,13 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     has_native_duration_field = False
     supports_timezones = False
     has_zoneinfo_database = True
-    supports_json_field = False
-    supports_primitives_in_json_field = False
+    # JSON is stored as its text (as on SQLite); key and containment lookups are not
+    # translated and raise NotSupportedError.
+    supports_json_field = True
+    supports_primitives_in_json_field = True
     has_native_json_field = False
+    supports_json_field_contains = False
+    has_json_object_function = False
     allows_auto_pk_0 = True
     supports_unspecified_pk = False
     interprets_empty_strings_as_nulls = False
@@ -68,6 +72,9 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_deferrable_unique_constraints = False
     supports_index_on_text_field = True
     supports_foreign_keys = False
+    supports_on_delete_db_cascade = False
+    supports_on_delete_db_default = False
+    supports_on_delete_db_null = False
     can_create_inline_fk = False
     supports_sequence_reset = False
     can_introspect_foreign_keys = False

@@ -70,9 +70,6 @@ class DatabaseOperations(BaseDatabaseOperations):
     def adapt_ipaddressfield_value(self, value: Any) -> Any:
         return value or None
 
-    def adapt_json_value(self, value: Any, encoder: Any) -> Any:
-        return value
-
     # -- converters (stored value -> Python value) -------------------------------------------
 
     def get_db_converters(self, expression: Any) -> list:

@@ -19,8 +19,10 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
+from django.db.models.sql.where import NothingNode
 
 from django_zerodb.evaluate import AGGREGATES, ANNOTATIONS, Evaluator, _Order, hashable
 from django_zerodb.exceptions import NotSupportedError
@@ -82,9 +84,11 @@ class SelectQuery:
         return self._view
 
     def _setup(self) -> None:
-        if self._setup_done:
-            return
-        self._setup_done = True
+        if not self._setup_done:
+            self._read_compiler()
+            self._setup_done = True
+
+    def _read_compiler(self) -> None:
         c = self.compiler
         if self.inner is not None:
             self.where = None
@@ -103,7 +107,26 @@ class SelectQuery:
             _, order_by, _ = c.pre_sql_setup()
             c._zerodb_setup = (c.where, c.having, order_by)
         self.where, self.having, order_by = c._zerodb_setup
+        if c._meta_ordering and self.query.group_by is not None:
+            order_by = []  # as Django does: Meta.ordering never applies to a GROUP BY
         self.order_by = [expr for expr, _ in order_by]
+
+    def trivially_empty(self) -> bool:
+        """True when the WHERE clause can match nothing whatever the data (``none()``,
+        ``pk__in=[]``): like Django's ``EmptyResultSet``, no query is run (nor logged)."""
+        self._setup()
+        for term in conjuncts(self.where):
+            if isinstance(term, NothingNode):
+                return True
+            if (
+                getattr(term, "lookup_name", None) == "in"
+                and isinstance(term.rhs, list | tuple | set | frozenset)
+                and all(v is None for v in term.rhs)
+            ):
+                return True
+            if _out_of_range(term, self.compiler, self.connection):
+                return True
+        return False
 
     def _joins(self) -> list[Join]:
         q = self.query
@@ -336,7 +359,8 @@ class SelectQuery:
         keys = [e for e, _, _ in c.select if not e.contains_aggregate]
         if isinstance(q.group_by, tuple):
             keys.extend(e for e in q.group_by if not e.contains_aggregate)
-        keys.extend(o.expression for o in self.order_by if not o.contains_aggregate)
+        if not self.compiler._meta_ordering:  # Meta.ordering never splits groups
+            keys.extend(o.expression for o in self.order_by if not o.contains_aggregate)
         if q.group_by is None and not keys:
             groups = {(): rows}
         else:
@@ -482,12 +506,13 @@ class SelectQuery:
 
     # -- description -----------------------------------------------------------------------
 
-    def describe(self) -> str:
+    def describe(self, verb: str = "SELECT") -> str:
+        """The plan in one line: ``SELECT FROM t WHERE <engine expression> ...``."""
         try:
             self._plan()
         except NotSupportedError:
-            return f"SELECT FROM {self.table} (not supported)"
-        parts = [f"SELECT FROM {self.table}"]
+            return f"{verb} FROM {self.table} (not supported)"
+        parts = [f"{verb} FROM {self.table}"]
         base = combine(self.restrict[self.base_alias])
         if base is not None:
             parts.append(f"WHERE {base!r}")
@@ -529,6 +554,20 @@ def _pk_columns() -> dict[str, str]:
     from django.apps import apps
 
     return {m._meta.db_table: m._meta.pk.column for m in apps.get_models(include_auto_created=True)}
+
+
+def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
+    """An integer comparison that Django itself knows can match nothing (a value
+    outside the field's range): Django's own lookup says so by raising EmptyResultSet."""
+    if not any(k.__name__ == "IntegerFieldOverflow" for k in type(term).__mro__):
+        return False
+    try:
+        term.process_rhs(compiler, connection)
+    except EmptyResultSet:
+        return True
+    except Exception:  # FullResultSet and the rest: not provably empty
+        return False
+    return False
 
 
 def _base_alias(query: Any) -> str:

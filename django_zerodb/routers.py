@@ -4,6 +4,11 @@ Reads and writes of their models go to the first database whose ENGINE is
 ``django_zerodb`` (or ``settings.ZERODB_DATABASE``); everything else stays where it
 was. Relations may not cross between the two, since no query can join an encrypted table
 with a plaintext one; migrations of those apps run only on the encrypted database.
+
+The apps in ``settings.ZERODB_SHARED_APPS`` are migrated on every database, the encrypted
+one included, and not routed: their queries pick a database with ``.using(alias)``. The
+differential test (``tests/django/difftest``) keeps the same models in SQLite and in the
+encrypted database this way.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ def _encrypted_app(app_label: str) -> bool:
     return app_label in getattr(settings, "ZERODB_APPS", ())
 
 
+def _shared_app(app_label: str) -> bool:
+    return app_label in getattr(settings, "ZERODB_SHARED_APPS", ())
+
+
 class ZeroDBRouter:
     def db_for_read(self, model, **hints):
         return encrypted_alias() if _encrypted_app(model._meta.app_label) else None
@@ -40,6 +49,8 @@ class ZeroDBRouter:
 
     def allow_migrate(self, db, app_label, model_name=None, **hints):
         encrypted_db = connections[db].vendor == "zerodb"
+        if _shared_app(app_label):
+            return True
         if _encrypted_app(app_label):
             return db == encrypted_alias()
         return False if encrypted_db else None

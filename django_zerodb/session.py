@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from django_zerodb.exceptions import OperationalError
 from zerodb_core import DB
 from zerodb_core.transaction import Savepoint, Transaction, View, WriteOp
 
@@ -51,11 +52,21 @@ class StoreSession:
         self.savepoints[sid] = self.transaction().savepoint()
 
     def rollback_to_savepoint(self, sid: str) -> None:
-        if self.txn is not None and sid in self.savepoints:
-            self.txn.rollback_to(self.savepoints[sid])
+        """Undo everything since ``sid`` (later savepoints go, ``sid`` stays), as SQL."""
+        self._forget_after(sid)
+        self.txn.rollback_to(self.savepoints[sid])
 
     def release_savepoint(self, sid: str) -> None:
-        self.savepoints.pop(sid, None)
+        """Forget ``sid`` and every savepoint made after it; keep the changes."""
+        self._forget_after(sid)
+        del self.savepoints[sid]
+
+    def _forget_after(self, sid: str) -> None:
+        if self.txn is None or sid not in self.savepoints:
+            raise OperationalError(f"no such savepoint: {sid}")
+        names = list(self.savepoints)
+        for name in names[names.index(sid) + 1 :]:
+            del self.savepoints[name]
 
     # -- reading and writing ---------------------------------------------------------------
 

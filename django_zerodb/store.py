@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from django_zerodb.freshness import ModelFreshnessTracker, store_identity, tracker_for
 from zerodb_core import DB
 
 _engines: dict[tuple, DB] = {}
@@ -29,6 +30,7 @@ KNOWN_OPTIONS = frozenset(
         "USERNAME",
         "KDF",
         "CACHE_BYTES",
+        "FRESHNESS",
         "FRESHNESS_PATH",
         "DELAY",
         "NODE_BYTES",
@@ -61,6 +63,14 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
             "(for example from an environment variable) or PASSWORD"
         )
     name = settings_dict.get("NAME") or "main"
+    freshness = options.get("FRESHNESS") or ("file" if options.get("FRESHNESS_PATH") else "default")
+    if freshness not in ("default", "file", "memory"):
+        raise ImproperlyConfigured(
+            f"OPTIONS['FRESHNESS'] is 'default' (the default database), 'file' or 'memory', "
+            f"not {freshness!r}"
+        )
+    if options.get("FRESHNESS_PATH") and freshness != "file":
+        raise ImproperlyConfigured("OPTIONS['FRESHNESS_PATH'] needs OPTIONS['FRESHNESS'] = 'file'")
     return {
         "store": store,
         "database": name,
@@ -69,6 +79,7 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
         "key_file": options.get("KEY_FILE"),
         "kdf": options.get("KDF"),
         "cache_bytes": options.get("CACHE_BYTES"),
+        "freshness": freshness,
         "freshness_path": options.get("FRESHNESS_PATH"),
         "delay": float(options.get("DELAY") or 0.0),
         "node_bytes": options.get("NODE_BYTES"),
@@ -101,6 +112,7 @@ def open_engine(params: dict[str, Any]) -> DB:
         str(params["key_file"]),
         params["delay"],
         params["node_bytes"],
+        params.get("freshness"),
     )
     with _lock:
         engine = _engines.get(key)
@@ -111,12 +123,17 @@ def open_engine(params: dict[str, Any]) -> DB:
                     kwargs[name] = params[name]
             if params["key_file"] is not None:
                 kwargs["key_file"] = os.fspath(params["key_file"])
+            tracker = tracker_for(params)
             engine = DB(
                 parse_store(params["store"]),
                 params["username"],
                 params["passphrase"],
+                freshness=tracker,
                 **kwargs,
             )
+            if isinstance(tracker, ModelFreshnessTracker):  # nothing checked yet: name it
+                tenant = getattr(engine.transport, "tenant", None)
+                tracker.store = store_identity(params["store"], tenant)
             _engines[key] = engine
         return engine
 

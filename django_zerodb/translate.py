@@ -199,11 +199,10 @@ def _operator(name: str, column: str, value: Any, negated: bool) -> Expr | None:
     if name == "exact":
         return NotEq(column, value) if negated else Eq(column, value)
     if name == "in":
-        values = list(value)
-        if None in values:
-            if negated:
-                return Never()
-            values = [v for v in values if v is not None]
+        # Django drops None from a list of values (NULL equals nothing); IN () is False.
+        values = [v for v in value if v is not None]
+        if not values:
+            return _always() if negated else Never()
         return NotAny(column, values) if negated else Any_(column, values)
     if name == "range":
         low, high = value
