@@ -38,7 +38,15 @@ def _shared_app(app_label: str) -> bool:
 
 class ZeroDBRouter:
     def db_for_read(self, model, **hints):
-        return encrypted_alias() if _encrypted_app(model._meta.app_label) else None
+        """The encrypted database, or the encrypted database an instance came from
+        (``obj.delete()``, related managers of an object read with ``.using(...)``)."""
+        if not _encrypted_app(model._meta.app_label):
+            return None
+        instance = hints.get("instance")
+        db = getattr(getattr(instance, "_state", None), "db", None)
+        if db is not None and connections[db].vendor == "zerodb":
+            return db
+        return encrypted_alias()
 
     db_for_write = db_for_read
 
