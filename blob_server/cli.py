@@ -2,13 +2,15 @@
 
 Examples::
 
-    zerodb-server add-tenant acme --storage sqlite:///var/blobs.zdb
+    zerodb-server add-tenant acme --max-bytes 10G --storage sqlite:///var/blobs.zdb
     zerodb-server add-key acme 02ab...  --storage sqlite:///var/blobs.zdb
     zerodb-server serve --bind 127.0.0.1:8001 --storage sqlite:///var/blobs.zdb
+    zerodb-server set-quota acme --max-blobs 1000000 --storage sqlite:///var/blobs.zdb
+    zerodb-server stats --storage sqlite:///var/blobs.zdb --json
     zerodb-server check --bind 127.0.0.1:8001
 
 The tenants file defaults to ``<sqlite store>.tenants.json``; with any other storage,
-``--tenants PATH`` is required.
+``--tenants PATH`` is required. Sizes take binary suffixes (``512K``, ``10G``, ``1TiB``).
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
+import re
 import signal
 import socket
 import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from blob_server import protocol
 from blob_server.exceptions import StorageError
-from blob_server.tenants import TenantRegistry
+from blob_server.storage.base import MAX_QUOTA, Quota
+from blob_server.tenants import DEFAULT, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
 
@@ -40,6 +46,44 @@ def parse_bind(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {value!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+_SIZE = re.compile(r"([0-9]+)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+UNLIMITED = "unlimited"
+
+
+def parse_size(value: str) -> int:
+    """Parse a byte count: digits with an optional binary suffix (``64K``, ``10G``,
+    ``1TiB``; K = 1024), at most 2**53."""
+    found = _SIZE.fullmatch(value.strip())
+    if not found or (found.group(3) and not found.group(2) and found.group(3).lower() == "ib"):
+        raise argparse.ArgumentTypeError(f"expected a size such as 1048576, 512K or 10G: {value!r}")
+    size = int(found.group(1)) * _UNITS[found.group(2).lower()]
+    if size > MAX_QUOTA:
+        raise argparse.ArgumentTypeError(f"{value!r} is more than 2**53 bytes")
+    return size
+
+
+def parse_count(value: str) -> int:
+    """Parse a count of blobs (a non-negative int, at most 2**53)."""
+    if not re.fullmatch(r"[0-9]+", value.strip()) or int(value) > MAX_QUOTA:
+        raise argparse.ArgumentTypeError(f"expected a count of blobs, not {value!r}")
+    return int(value)
+
+
+def _limit_parser(parse: Callable[[str], int], *, default: bool) -> Callable[[str], Limit]:
+    """A parser for quota options: a number, ``unlimited``, and (``set-quota``) ``default``."""
+
+    def limit(value: str) -> Limit:
+        word = value.strip().lower()
+        if word == UNLIMITED:
+            return None
+        if default and word == DEFAULT:
+            return DEFAULT
+        return parse(value)
+
+    return limit
 
 
 def _storage_url(args: argparse.Namespace) -> str | None:
@@ -67,6 +111,42 @@ def _add_tenant_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_quota_options(parser: argparse.ArgumentParser, *, default: bool) -> None:
+    """``--max-bytes``/``--max-blobs``. An option left out is absent from the namespace:
+    ``set-quota`` keeps the limit, ``add-tenant`` leaves the server's default to apply."""
+    words = ", 'unlimited' or 'default' (the server's)" if default else " or 'unlimited'"
+    parser.add_argument(
+        "--max-bytes",
+        type=_limit_parser(parse_size, default=default),
+        default=argparse.SUPPRESS,
+        metavar="SIZE",
+        help=f"most bytes the tenant may store (blobs, roots, keyrings): a size{words}",
+    )
+    parser.add_argument(
+        "--max-blobs",
+        type=_limit_parser(parse_count, default=default),
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help=f"most blobs the tenant may store: a count{words}",
+    )
+
+
+def _add_storage_options(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--storage",
+        metavar="URL",
+        default=default,
+        help="memory:// (default), sqlite:///relative.zdb or sqlite:////absolute.zdb"
+        if default
+        else "sqlite:///relative.zdb or sqlite:////absolute.zdb",
+    )
+    where.add_argument("--redis", metavar="URL", help="redis://host:6379/0 (production storage)")
+    parser.add_argument(
+        "--tenants", metavar="PATH", help="tenants file (default: <sqlite store>.tenants.json)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zerodb-server",
@@ -78,17 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--bind", type=parse_bind, default=("127.0.0.1", 8001), help="HOST:PORT to listen on"
     )
-    where = serve.add_mutually_exclusive_group()
-    where.add_argument(
-        "--storage",
-        metavar="URL",
-        default="memory://",
-        help="memory:// (default), sqlite:///relative.zdb or sqlite:////absolute.zdb",
-    )
-    where.add_argument("--redis", metavar="URL", help="redis://host:6379/0 (production storage)")
-    serve.add_argument(
-        "--tenants", metavar="PATH", help="tenants file (default: <sqlite store>.tenants.json)"
-    )
+    _add_storage_options(serve, default="memory://")
     serve.add_argument("--tls-cert", metavar="PEM", help="certificate chain for TLS")
     serve.add_argument("--tls-key", metavar="PEM", help="private key for TLS")
     serve.add_argument("--max-connections", type=int, default=256, help="default: 256")
@@ -108,12 +178,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not push root changes to subscribed clients; required when several "
         "servers share one storage (a push covers only commits through this process)",
     )
+    serve.add_argument(
+        "--default-max-bytes",
+        type=_limit_parser(parse_size, default=False),
+        default=None,
+        metavar="SIZE",
+        help="quota of bytes for tenants without their own (default: unlimited)",
+    )
+    serve.add_argument(
+        "--default-max-blobs",
+        type=_limit_parser(parse_count, default=False),
+        default=None,
+        metavar="N",
+        help="quota of blobs for tenants without their own (default: unlimited)",
+    )
+    serve.add_argument(
+        "--max-commit-bytes",
+        type=parse_size,
+        default=protocol.MAX_RESPONSE_BLOB_BYTES,
+        metavar="SIZE",
+        help="most bytes of blobs and root in one commit (default: 48M; at most 64M)",
+    )
+    serve.add_argument(
+        "--max-commit-blobs",
+        type=parse_count,
+        default=protocol.MAX_IDS_PER_REQUEST,
+        metavar="N",
+        help=f"most new blobs in one commit (default and most: {protocol.MAX_IDS_PER_REQUEST})",
+    )
 
     add_tenant = sub.add_parser(
-        "add-tenant", help="create a tenant", description="Create a tenant (with no keys)."
+        "add-tenant",
+        help="create a tenant",
+        description="Create a tenant (with no keys), with its own quota if given; without "
+        "one, the server's --default-max-bytes/--default-max-blobs apply.",
     )
     add_tenant.add_argument("name", help="1-64 letters, digits, '_', '.', '-'")
+    _add_quota_options(add_tenant, default=False)
     _add_tenant_options(add_tenant)
+
+    set_quota = sub.add_parser(
+        "set-quota",
+        help="change a tenant's quota",
+        description="Change a tenant's quota; running servers enforce it from their next "
+        "write on (no restart). An option left out keeps its value.",
+    )
+    set_quota.add_argument("tenant")
+    _add_quota_options(set_quota, default=True)
+    _add_tenant_options(set_quota)
 
     add_key = sub.add_parser(
         "add-key",
@@ -135,9 +247,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tenant_options(remove_key)
 
     list_tenants = sub.add_parser(
-        "list-tenants", help="list tenants and keys", description="List tenants and their keys."
+        "list-tenants",
+        help="list tenants and keys",
+        description="Print the server id, then each tenant with its quota and keys.",
     )
     _add_tenant_options(list_tenants)
+
+    stats = sub.add_parser(
+        "stats",
+        help="print each tenant's usage",
+        description="Print each tenant's usage (blobs; bytes of blobs, roots and keyrings), "
+        "its quota and its databases (seq, blobs, blob bytes, pending garbage), read from "
+        "the storage. Tenants come from the tenants file and, for SQLite, the store itself; "
+        "Redis keeps no names, so its databases are listed by their opaque tag.",
+    )
+    _add_storage_options(stats, default=None)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     check = sub.add_parser(
         "check", help="ping a running server", description="Ping a running server; exit 0 if up."
@@ -192,15 +317,22 @@ def serve(args: argparse.Namespace) -> int:
         storage = open_storage(url)
     except StorageError as exc:
         raise SystemExit(f"error: {exc}") from None
-    server = BlobServer(
-        storage,
-        Authenticator(registry),
-        max_connections=args.max_connections,
-        idle_timeout=args.idle_timeout,
-        gc_interval=args.gc_interval,
-        ssl=_tls_context(args),
-        push=not args.no_push,
-    )
+    try:
+        server = BlobServer(
+            storage,
+            Authenticator(registry),
+            max_connections=args.max_connections,
+            idle_timeout=args.idle_timeout,
+            gc_interval=args.gc_interval,
+            ssl=_tls_context(args),
+            push=not args.no_push,
+            default_quota=Quota(args.default_max_bytes, args.default_max_blobs),
+            max_commit_blobs=args.max_commit_blobs,
+            max_commit_bytes=args.max_commit_bytes,
+        )
+    except (ValueError, StorageError) as exc:
+        storage.close()
+        raise SystemExit(f"error: {exc}") from None
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -236,17 +368,124 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_limit(value: Limit) -> str:
+    return UNLIMITED if value is None else str(value)
+
+
+def stats(args: argparse.Namespace) -> int:
+    """Print every tenant's usage, quota and databases (``--json`` for machines)."""
+    from blob_server.storage import open_storage
+
+    url = _storage_url(args)
+    if not url:
+        raise SystemExit("error: --storage URL or --redis URL is required")
+    if url.startswith(_SQLITE) and not Path(url[len(_SQLITE) :]).is_file():
+        raise SystemExit(f"error: no store at {url[len(_SQLITE) :]}")
+    registry = TenantRegistry(tenants_path(args))
+    try:
+        storage = open_storage(url)
+    except StorageError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    try:
+        known = registry.tenants()
+        report = []
+        for tenant in sorted(set(known) | set(storage.tenant_names())):
+            usage = storage.usage(tenant, detail=True)
+            limits = registry.limits(tenant) if tenant in known else {}
+            report.append(
+                {
+                    "tenant": tenant,
+                    "registered": tenant in known,
+                    "blobs": usage.blobs,
+                    "bytes": usage.bytes,
+                    "max_blobs": limits.get("max_blobs", DEFAULT),
+                    "max_bytes": limits.get("max_bytes", DEFAULT),
+                    "databases": [
+                        {
+                            "database": db.label,
+                            "seq": db.seq,
+                            "blobs": db.blobs,
+                            "bytes": db.bytes,
+                            "garbage": db.garbage,
+                        }
+                        for db in usage.per_database
+                    ],
+                }
+            )
+    except StorageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        storage.close()
+    if args.json:
+        json.dump({"server_id": registry.server_id, "tenants": report}, sys.stdout, indent=2)
+        print()
+        return 0
+    rows = [("tenant", "database", "seq", "blobs", "bytes", "garbage", "max_blobs", "max_bytes")]
+    for entry in report:
+        count = len(entry["databases"])
+        rows.append(
+            (
+                entry["tenant"],
+                f"({count} database{'s' if count != 1 else ''})",
+                "",
+                str(entry["blobs"]),
+                str(entry["bytes"]),
+                "",
+                _show_limit(entry["max_blobs"]),
+                _show_limit(entry["max_bytes"]),
+            )
+        )
+        for db in entry["databases"]:
+            rows.append(
+                (
+                    entry["tenant"],
+                    db["database"],
+                    str(db["seq"]),
+                    str(db["blobs"]),
+                    str(db["bytes"]),
+                    str(db["garbage"]),
+                    "",
+                    "",
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print(f"server id: {registry.server_id or '-'}")
+    for row in rows:
+        cells = [
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
     if args.command == "check":
         return check(args)
+    if args.command == "stats":
+        return stats(args)
     registry = TenantRegistry(tenants_path(args))
     try:
         if args.command == "add-tenant":
-            registry.add_tenant(args.name)
+            registry.add_tenant(
+                args.name,
+                max_bytes=getattr(args, "max_bytes", DEFAULT),
+                max_blobs=getattr(args, "max_blobs", DEFAULT),
+            )
             print(f"tenant {args.name} added ({registry.path})")
+        elif args.command == "set-quota":
+            changes = {key: getattr(args, key) for key in ("max_bytes", "max_blobs") if key in args}
+            if not changes:
+                raise SystemExit("error: give --max-bytes and/or --max-blobs")
+            limits = registry.set_quota(args.tenant, **changes)
+            print(
+                f"tenant {args.tenant}: max_bytes {_show_limit(limits['max_bytes'])}, "
+                f"max_blobs {_show_limit(limits['max_blobs'])}"
+            )
         elif args.command == "add-key":
             key = registry.add_key(args.tenant, args.pubkey)
             print(f"key {key} registered for tenant {args.tenant}")
@@ -254,8 +493,13 @@ def main(argv: list[str] | None = None) -> int:
             registry.remove_key(args.tenant, args.pubkey)
             print(f"key removed from tenant {args.tenant}")
         elif args.command == "list-tenants":
+            print(f"server id: {registry.server_id or '-'}")
             for name, keys in registry.tenants().items():
-                print(name)
+                limits = registry.limits(name)
+                print(
+                    f"{name}  max_bytes {_show_limit(limits['max_bytes'])}  "
+                    f"max_blobs {_show_limit(limits['max_blobs'])}"
+                )
                 for key in keys:
                     print(f"  {key}")
     except StorageError as exc:

@@ -22,4 +22,20 @@ class StorageUnavailableError(StorageError):
 
 
 class QuotaExceededError(StorageError):
-    """A tenant would exceed its byte or blob quota."""
+    """A write would take a tenant past its byte or blob quota; nothing was changed.
+
+    ``resource`` is ``"bytes"`` or ``"blobs"``; ``used`` is the tenant's usage before the
+    write, ``adding`` what the write would add, ``limit`` the quota. The message says all
+    of it, because it travels to the client as text.
+    """
+
+    def __init__(self, tenant: str, resource: str, used: int, adding: int, limit: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} would exceed its quota of {limit} {resource}: "
+            f"{used} used, the write adds {adding}"
+        )
+        self.tenant = tenant
+        self.resource = resource
+        self.used = used
+        self.adding = adding
+        self.limit = limit

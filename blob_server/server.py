@@ -27,6 +27,12 @@ the root every time). A subscriber that stops reading (more than ``PUSH_BUFFER_L
 unsent bytes) is disconnected rather than skipped: a silently missed push would make
 its client trust a stale root.
 
+Limits: a commit may carry at most ``max_commit_blobs`` new blobs and
+``max_commit_bytes`` of blobs + root (``too_large`` otherwise: the frame limit alone
+would let one commit hold Redis' single thread for a 64 MiB script), and every write is
+checked against the tenant's quota (tenants file, else the server's ``default_quota``)
+inside the storage's atomic write (``quota`` answers say what is used and allowed).
+
 Logs are ``key=value`` lines and never contain blob contents, roots, keyrings or
 signatures: only ops, sizes, counts, peers and tenants.
 """
@@ -52,7 +58,7 @@ from blob_server.exceptions import (
     StorageUnavailableError,
 )
 from blob_server.storage import Storage
-from blob_server.storage.base import BLOB_ID_SIZE
+from blob_server.storage.base import BLOB_ID_SIZE, NO_QUOTA, Quota
 from blob_server.storage.validation import MAX_NAME_LENGTH
 
 DEFAULT_MAX_CONNECTIONS = 256
@@ -64,6 +70,11 @@ LOGIN_DEADLINE = 10.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
+#: Most new blobs in one commit (at most the protocol's ids per request).
+DEFAULT_MAX_COMMIT_BLOBS = protocol.MAX_IDS_PER_REQUEST
+#: Most bytes of new blobs + root in one commit: as much as a get_blobs answer carries,
+#: leaving room in the 64 MiB frame for the rest of the request.
+DEFAULT_MAX_COMMIT_BYTES = protocol.MAX_RESPONSE_BLOB_BYTES
 #: A subscriber with more unsent bytes than this (one largest answer and then some) is
 #: not reading: it is disconnected instead of being sent more pushes.
 PUSH_BUFFER_LIMIT = protocol.MAX_FRAME_BYTES + (1 << 20)
@@ -178,9 +189,25 @@ class BlobServer:
         gc_interval: float = DEFAULT_GC_INTERVAL,
         ssl: ssl_module.SSLContext | None = None,
         push: bool = True,
+        default_quota: Quota = NO_QUOTA,
+        max_commit_blobs: int = DEFAULT_MAX_COMMIT_BLOBS,
+        max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
     ) -> None:
+        if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
+            protocol.MAX_IDS_PER_REQUEST
+        ):
+            raise ValueError(
+                f"max_commit_blobs must be between 1 and {protocol.MAX_IDS_PER_REQUEST}"
+            )
+        if type(max_commit_bytes) is not int or not 1 <= max_commit_bytes <= (
+            protocol.MAX_FRAME_BYTES
+        ):
+            raise ValueError(f"max_commit_bytes must be between 1 and {protocol.MAX_FRAME_BYTES}")
         self.storage = storage
         self.push = push
+        self.default_quota = default_quota
+        self.max_commit_blobs = max_commit_blobs
+        self.max_commit_bytes = max_commit_bytes
         self.auth = authenticator
         self.max_connections = max_connections
         self.max_per_address = max_per_address
@@ -391,6 +418,16 @@ class BlobServer:
             )
         return frame
 
+    def _quota(self, tenant: str) -> Quota:
+        """The tenant's quota as the tenants file says now (a stat per call: a changed
+        file is re-read, so ``set-quota`` needs no restart), else the server default."""
+        registry = self.auth.registry
+        try:
+            registry.refresh()
+        except Exception as exc:  # keep the last good registry; an admin must fix the file
+            log_event(logging.ERROR, "tenants_reload_failed", error=type(exc).__name__)
+        return registry.quota(tenant, self.default_quota)
+
     async def _storage(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a storage call in a worker thread; map its errors to error answers."""
         try:
@@ -479,14 +516,25 @@ class BlobServer:
             {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
         )
         blobs = args["blobs"]
-        if len(blobs) > protocol.MAX_IDS_PER_REQUEST:
-            raise RequestError(protocol.TOO_LARGE, "too many blobs in one commit")
+        if len(blobs) > self.max_commit_blobs:
+            raise RequestError(
+                protocol.TOO_LARGE,
+                f"commit of {len(blobs)} blobs exceeds the limit of {self.max_commit_blobs} "
+                "blobs per commit",
+            )
         _id_list(list(blobs), "blob ids")
         for data in blobs.values():
             if type(data) is not bytes or len(data) > protocol.MAX_BLOB_BYTES:
                 raise RequestError(protocol.BAD_REQUEST, "a blob is not bytes or too large")
         if len(args["root"]) > protocol.MAX_BLOB_BYTES:
             raise RequestError(protocol.TOO_LARGE, "root too large")
+        size = len(args["root"]) + sum(map(len, blobs.values()))
+        if size > self.max_commit_bytes:
+            raise RequestError(
+                protocol.TOO_LARGE,
+                f"commit of {size} bytes (blobs and root) exceeds the limit of "
+                f"{self.max_commit_bytes} bytes per commit",
+            )
         garbage = _id_list(args["garbage"], "garbage ids")
         database = _database(args)
         result = await self._storage(
@@ -497,6 +545,7 @@ class BlobServer:
             root=args["root"],
             blobs=blobs,
             garbage=garbage,
+            quota=self._quota(session.tenant),
         )
         log_event(
             logging.DEBUG,  # per commit: at INFO it cost a seventh of the loop's time
@@ -542,12 +591,25 @@ class BlobServer:
             args["name"],
             args["data"],
             expected=expected,
+            quota=self._quota(session.tenant),
         )
 
     async def _op_stats(self, session: Session, args: dict) -> object:
+        """The database's figures, plus ``tenant``: the session's own tenant's usage and
+        quota (``max_*`` nil: no limit), the figures a commit is checked against."""
         _args(args, {"database": str})
         stats = await self._storage(self.storage.stats, session.tenant, _database(args))
-        return {k: v for k, v in stats.items() if type(v) is int}
+        usage = await self._storage(self.storage.usage, session.tenant)
+        quota = self._quota(session.tenant)
+        answer: dict[str, object] = {k: v for k, v in stats.items() if type(v) is int}
+        answer["tenant"] = {
+            "blobs": usage.blobs,
+            "bytes": usage.bytes,
+            "databases": usage.databases,
+            "max_blobs": quota.max_blobs,
+            "max_bytes": quota.max_bytes,
+        }
+        return answer
 
     # -- root pushes -----------------------------------------------------------------------
 

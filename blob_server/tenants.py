@@ -6,6 +6,11 @@ change and re-read by the running server when its modification time changes, so
 an advisory lock on ``PATH.lock`` so two admin commands cannot lose each other's change.
 
 The file holds public keys only; nothing in it lets anyone log in.
+
+Each tenant may carry its own quota: ``"max_bytes"`` and ``"max_blobs"``, an int, or
+``null`` for no limit at all. A tenant without the key gets the server's default
+(``serve --default-max-bytes/--default-max-blobs``). The server re-reads the file as it
+does for keys, so ``zerodb-server set-quota`` needs no restart either.
 """
 
 from __future__ import annotations
@@ -21,14 +26,31 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final, Literal
 
 from coincurve import PublicKey
 
 from blob_server.exceptions import InvalidRequestError
+from blob_server.storage.base import MAX_QUOTA, Quota
 
 FORMAT_VERSION = 1
 PUBLIC_KEY_BYTES = 33  # compressed secp256k1
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: A tenant's limit as the file holds it: an int, None (no limit), or DEFAULT (the key is
+#: absent: the server's default applies).
+DEFAULT: Final = "default"
+QUOTA_KEYS: Final = ("max_bytes", "max_blobs")
+Limit = int | None | Literal["default"]
+_KEEP: Final = object()
+
+
+def check_limit(value: object, what: str) -> Limit:
+    """Return ``value`` if it is an int in [0, 2**53], None (no limit) or ``DEFAULT``."""
+    if value is None or value == DEFAULT:
+        return DEFAULT if value == DEFAULT else None
+    if type(value) is not int or not 0 <= value <= MAX_QUOTA:
+        raise InvalidRequestError(f"{what} must be an int in [0, 2**53], null or 'default'")
+    return value
 
 
 def check_tenant_name(name: object) -> str:
@@ -89,6 +111,10 @@ class TenantRegistry:
                 raise ValueError(f"{self.path}: malformed entry for tenant {name!r}")
             for key in entry["keys"]:
                 parse_public_key(key)
+            for limit in QUOTA_KEYS:
+                value = entry.get(limit)
+                if value is not None and (type(value) is not int or not 0 <= value <= MAX_QUOTA):
+                    raise ValueError(f"{self.path}: malformed {limit} for tenant {name!r}")
         return data
 
     def refresh(self, *, force: bool = False) -> None:
@@ -110,6 +136,25 @@ class TenantRegistry:
         """Return {tenant: [public key hex, ...]}."""
         with self._lock:
             return {name: list(entry["keys"]) for name, entry in sorted(self._tenants.items())}
+
+    def limits(self, tenant: str) -> dict[str, Limit]:
+        """Return the tenant's own ``max_bytes`` and ``max_blobs`` as the file holds them
+        (``DEFAULT`` where it has none); raise ``InvalidRequestError`` for no such tenant."""
+        with self._lock:
+            entry = self._tenants.get(tenant)
+            if entry is None:
+                raise InvalidRequestError(f"no tenant {tenant!r}")
+            return {key: entry.get(key, DEFAULT) for key in QUOTA_KEYS}
+
+    def quota(self, tenant: str, default: Quota) -> Quota:
+        """Return the quota the server enforces for ``tenant``: its own limits where the
+        file has them, ``default``'s elsewhere (an unknown tenant gets the default)."""
+        with self._lock:
+            entry = self._tenants.get(tenant) or {}
+        return Quota(
+            max_bytes=entry.get("max_bytes", default.max_bytes),
+            max_blobs=entry.get("max_blobs", default.max_blobs),
+        )
 
     def is_registered(self, tenant: str, public_key: bytes) -> bool:
         """Whether ``public_key`` may log in as ``tenant``."""
@@ -159,13 +204,44 @@ class TenantRegistry:
                 pass
         return self.server_id
 
-    def add_tenant(self, name: str) -> None:
-        """Create a tenant with no keys; raise ``InvalidRequestError`` if it exists."""
+    def add_tenant(
+        self, name: str, *, max_bytes: Limit = DEFAULT, max_blobs: Limit = DEFAULT
+    ) -> None:
+        """Create a tenant with no keys (and its own quota, if given); raise
+        ``InvalidRequestError`` if it exists."""
         check_tenant_name(name)
+        limits = {"max_bytes": max_bytes, "max_blobs": max_blobs}
+        for key, value in limits.items():
+            check_limit(value, key)
         with self._editing() as data:
             if name in data["tenants"]:
                 raise InvalidRequestError(f"tenant {name!r} already exists")
-            data["tenants"][name] = {"keys": [], "created": int(time.time())}
+            entry = {"keys": [], "created": int(time.time())}
+            entry.update({k: v for k, v in limits.items() if v != DEFAULT})
+            data["tenants"][name] = entry
+
+    def set_quota(
+        self, tenant: str, *, max_bytes: Limit | object = _KEEP, max_blobs: Limit | object = _KEEP
+    ) -> dict[str, Limit]:
+        """Change a tenant's limits (an int, None for no limit, ``DEFAULT`` for the
+        server's default; an omitted one is kept); return the new limits. Running servers
+        enforce them from their next commit on."""
+        limits = {"max_bytes": max_bytes, "max_blobs": max_blobs}
+        for key, value in limits.items():
+            if value is not _KEEP:
+                check_limit(value, key)
+        with self._editing() as data:
+            entry = data["tenants"].get(tenant)
+            if entry is None:
+                raise InvalidRequestError(f"no tenant {tenant!r}")
+            for key, value in limits.items():
+                if value is _KEEP:
+                    continue
+                if value == DEFAULT:
+                    entry.pop(key, None)
+                else:
+                    entry[key] = value
+        return self.limits(tenant)
 
     def add_key(self, tenant: str, public_key: str | bytes) -> str:
         """Register a public key for a tenant; return its hex."""

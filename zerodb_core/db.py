@@ -38,6 +38,8 @@ from zerodb_core.transaction import DeleteRecord, EnsureModel, PutRecords, Trans
 from zerodb_core.transport import LocalTransport, Transport, open_local_transport
 
 if TYPE_CHECKING:
+    import ssl
+
     from zerodb_core.keyfile import KeyFile
 
 DEFAULT_DATABASE = "main"
@@ -67,8 +69,12 @@ class DB:
     ``$ZERODB_KEY_FILE``). ``kdf`` is the Argon2id preset used when the keyring is first
     created (``"moderate"``; ``"fast"`` only for tests; the ``ZERODB_KDF`` environment
     variable sets the default). ``freshness_path`` is where the highest root seen is remembered
-    (default: beside an SQLite store, else in memory). ``node_bytes`` is the size at
+    (default: beside an SQLite store, else in memory); ``freshness``, a
+    ``FreshnessTracker``, replaces that choice. ``node_bytes`` is the size at
     which tree nodes split (tests make it small to get deep trees from little data).
+    For a blob server only: ``tls`` (True, or an ``ssl.SSLContext``) and ``ca_file`` (the
+    CA bundle that signed the server's certificate; implies TLS) encrypt the connection,
+    ``timeout`` bounds connecting and each answer (seconds, default 30).
     """
 
     def __init__(
@@ -84,13 +90,22 @@ class DB:
         delay: float = 0.0,
         node_bytes: int = NODE_MAX_BYTES,
         key_file: str | os.PathLike | KeyFile | None = None,
+        tls: bool | ssl.SSLContext | None = None,
+        ca_file: str | os.PathLike | None = None,
+        timeout: float | None = None,
+        freshness: FreshnessTracker | None = None,
     ) -> None:
         if not password:
             raise QueryError("a password (passphrase) is required to open an encrypted database")
         self.database = database
         self.node_bytes = node_bytes
-        self.transport = _open_transport(store, delay, key_file=key_file, password=password)
-        self.freshness = _freshness_for(store, freshness_path, key_file)
+        remote = {"tls": tls, "ca_file": ca_file, "timeout": timeout}
+        self.transport = _open_transport(
+            store, delay, key_file=key_file, password=password, remote=remote
+        )
+        self.freshness = (
+            freshness if freshness is not None else _freshness_for(store, freshness_path, key_file)
+        )
         self.keyring = self._unlock(
             username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
         )
@@ -123,12 +138,14 @@ class DB:
         # Someone created it meanwhile: use theirs.
         return Keyring.open(self.transport.get_keyring(self.database, slot), password, **where)
 
-    def _open_root(self, record: RootRecord) -> RootState:
-        """Authenticate and check a root record from the store; reject rollbacks/forks."""
+    def _open_root(self, record: RootRecord, floor: int | None = None) -> RootState:
+        """Authenticate and check a root record from the store; reject rollbacks/forks.
+        ``floor``: the highest seq seen when the record was asked for (threads share
+        this DB, and one may commit while another's read is on its way)."""
         if record.seq == 0:
             if record.data:
                 raise IntegrityError("root record with seq 0 must be empty")
-            self.freshness.check(self.database, 0, None, None)
+            self.freshness.check(self.database, 0, None, None, floor=floor)
             return EMPTY_STATE
         root_digest = digest(record.data)
         latest = self._latest
@@ -136,7 +153,7 @@ class DB:
             return latest
         plaintext = self.sealer.open(BlobKind.ROOT, root_blob_id(record.seq), record.data)
         state, prev = parse_payload(unpack(plaintext), record.seq, root_digest)
-        self.freshness.check(self.database, record.seq, root_digest, prev)
+        self.freshness.check(self.database, record.seq, root_digest, prev, floor=floor)
         if state.seq >= self._latest.seq:
             self._latest = state
         return state
@@ -152,7 +169,8 @@ class DB:
         latest = self._latest
         if self.transport.known_root_seq(self.database) == latest.seq:
             return latest
-        return self._open_root(self.transport.get_root(self.database))
+        floor = self.freshness.seen_seq(self.database)
+        return self._open_root(self.transport.get_root(self.database), floor)
 
     # -- snapshots and transactions --------------------------------------------------------
 
@@ -313,6 +331,7 @@ class DB:
             seq = txn.root.seq + 1
             payload = build_payload(seq, txn.root.digest, txn.refs, txn.catalog, txn.text_stats)
             sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
+            floor = self.freshness.seen_seq(self.database)
             result = self.transport.commit(
                 self.database,
                 expected_seq=txn.root.seq,
@@ -322,7 +341,7 @@ class DB:
             )
             if result.ok:
                 root_digest = digest(sealed_root)
-                self.freshness.check(self.database, seq, root_digest, txn.root.digest)
+                self.freshness.check(self.database, seq, root_digest, txn.root.digest, floor=floor)
                 for obj, size in written:
                     obj.gen = CLEAN
                     self.cache.put(obj.id, obj, size)
@@ -336,7 +355,7 @@ class DB:
                 )
                 self._maybe_collect_garbage()
                 return
-            txn.rebase(self._open_root(result.root))
+            txn.rebase(self._open_root(result.root, floor))
         raise ConflictError(
             f"commit to {self.database!r} met a concurrent commit {MAX_COMMIT_RETRIES} times"
         )
@@ -389,27 +408,34 @@ class DB:
         self.close()
 
 
-def _open_transport(store, delay: float, *, key_file=None, password=None) -> Transport:
+def _open_transport(
+    store, delay: float, *, key_file=None, password=None, remote: dict | None = None
+) -> Transport:
+    given = sorted(name for name, value in (remote or {}).items() if value is not None)
+    if given and not isinstance(store, tuple):
+        raise QueryError(f"{', '.join(given)}: for a blob server (host, port) only")
     if isinstance(store, Transport):
         return store
     if isinstance(store, Storage):
         return LocalTransport(store, delay=delay)
     if isinstance(store, tuple):
-        return _open_remote(store, delay, key_file, password)
+        return _open_remote(store, delay, key_file, password, remote or {})
     if isinstance(store, str):
         return open_local_transport(store, delay=delay)
     raise QueryError(f"unknown store {store!r}")
 
 
-def _open_remote(address: tuple, delay: float, key_file, password) -> Transport:
+def _open_remote(address: tuple, delay: float, key_file, password, remote: dict) -> Transport:
     """Log in to the blob server at ``(host, port)`` with the key file's login key.
 
     The key file (``key_file=`` or ``$ZERODB_KEY_FILE``) is a path opened with the
-    database passphrase, or an already opened ``KeyFile``; it names the tenant.
+    database passphrase, or an already opened ``KeyFile``; it names the tenant and pins
+    the server's id: a key file without one records the id of this first login (the file
+    is re-sealed; an opened ``KeyFile`` is pinned in memory only).
     """
     # Imported here so ``python -m zerodb_core.keyfile`` does not import itself twice.
-    from zerodb_core.keyfile import KeyFile
-    from zerodb_core.transport.remote import RemoteTransport
+    from zerodb_core.keyfile import KeyFile, pin_server
+    from zerodb_core.transport.remote import DEFAULT_TIMEOUT, RemoteTransport, tls_context
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")
@@ -419,11 +445,26 @@ def _open_remote(address: tuple, delay: float, key_file, password) -> Transport:
             "a blob server needs a key file: DB((host, port), ..., key_file=PATH) "
             "(create one with `python -m zerodb_core.keyfile create`)"
         )
-    if not isinstance(key_file, KeyFile):
-        key_file = KeyFile.load(key_file, password)
-    return RemoteTransport(
-        address[0], address[1], tenant=key_file.tenant, login_key=key_file.login_key, delay=delay
+    key_path = None if isinstance(key_file, KeyFile) else key_file
+    if key_path is not None:
+        key_file = KeyFile.load(key_path, password)
+    transport = RemoteTransport(
+        address[0],
+        address[1],
+        tenant=key_file.tenant,
+        login_key=key_file.login_key,
+        delay=delay,
+        ssl=tls_context(remote.get("tls"), remote.get("ca_file")),
+        timeout=DEFAULT_TIMEOUT if remote.get("timeout") is None else remote["timeout"],
+        server_id=key_file.server_id,
     )
+    if key_file.server_id is None:
+        try:
+            pin_server(key_file, key_path, password, transport.server_id)
+        except BaseException:
+            transport.close()
+            raise
+    return transport
 
 
 def _freshness_for(store, path, key_file=None) -> FreshnessTracker:

@@ -47,6 +47,19 @@ class StoreUnavailableError(ZeroDBError):
     """The store cannot be reached or opened."""
 
 
+class QuotaExceededError(ZeroDBError):
+    """The blob server refused a write: it would take the tenant past its quota of bytes
+    or blobs. Nothing was written; the message says what is used and what is allowed.
+    Deleting data frees space only once garbage collection has run (copy-on-write: a
+    delete writes new nodes first), so a tenant at its limit needs a larger quota."""
+
+
+class CommitTooLargeError(ZeroDBError):
+    """A commit has more new blobs or bytes than the blob server accepts in one commit
+    (``serve --max-commit-blobs/--max-commit-bytes``); nothing was written. Split the
+    transaction into smaller ones."""
+
+
 class NotSupportedError(ZeroDBError):
     """The operation is not supported; the message names the alternative."""
 

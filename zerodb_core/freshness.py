@@ -36,15 +36,38 @@ class FreshnessTracker:
     def remember(self, database: str, seq: int, digest: bytes | None) -> None:
         """Keep a newly seen root for later runs (nothing to do in memory)."""
 
-    def check(self, database: str, seq: int, digest: bytes | None, prev: bytes | None) -> None:
+    def seen_seq(self, database: str) -> int | None:
+        """The highest seq seen so far for ``database`` (None if none)."""
+        with self._lock:
+            if self._seen is None:
+                self._seen = self.load()
+            known = self._seen.get(database)
+            return known[0] if known is not None else None
+
+    def check(
+        self,
+        database: str,
+        seq: int,
+        digest: bytes | None,
+        prev: bytes | None,
+        *,
+        floor: int | None = None,
+    ) -> None:
         """Accept the root ``(seq, digest)`` whose predecessor has digest ``prev``, or raise
-        :class:`FreshnessError`; remember it when it is newer than what was seen."""
+        :class:`FreshnessError`; remember it when it is newer than what was seen.
+
+        ``floor`` is :meth:`seen_seq` taken just before the request that returned this
+        root: a root older than what was seen *since* (another thread's commit landed
+        meanwhile) but not older than ``floor`` was current when asked for; no rollback.
+        """
         with self._lock:
             if self._seen is None:
                 self._seen = self.load()
             known = self._seen.get(database)
             if known is not None:
                 known_seq, known_digest = known
+                if seq < known_seq and floor is not None and seq >= floor:
+                    return
                 if seq < known_seq:
                     raise FreshnessError(
                         f"database {database!r}: store served root seq {seq}, but seq "

@@ -20,9 +20,14 @@ from blob_server.storage.base import (
     BLOB_ID_SIZE,
     DEFAULT_RETENTION_SECONDS,
     EMPTY_ROOT,
+    MAX_QUOTA,
+    NO_QUOTA,
     CommitResult,
+    DatabaseUsage,
+    Quota,
     RootRecord,
     Storage,
+    TenantUsage,
 )
 from blob_server.storage.memory import MemoryStorage
 from blob_server.storage.redis import RedisStorage
@@ -32,12 +37,17 @@ __all__ = [
     "BLOB_ID_SIZE",
     "DEFAULT_RETENTION_SECONDS",
     "EMPTY_ROOT",
+    "MAX_QUOTA",
+    "NO_QUOTA",
     "CommitResult",
+    "DatabaseUsage",
     "MemoryStorage",
+    "Quota",
     "RedisStorage",
     "RootRecord",
     "SQLiteStorage",
     "Storage",
+    "TenantUsage",
     "open_storage",
 ]
 

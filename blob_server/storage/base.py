@@ -6,6 +6,14 @@ never sees a key or a plaintext, and nothing here imports zerodb_core's crypto.
 
 Every method takes ``tenant`` first. In the embedded store the tenant is a constant; in the
 blob server it always comes from the authenticated session, never from the request.
+
+Usage and quotas: every backend keeps, per tenant and atomically with each write, the
+number of stored blobs and the bytes stored: sealed blob bytes + current root bytes +
+keyring slot bytes (everything a tenant can make grow by sending bytes; id counters are
+a few dozen bytes each and are not counted). A blob counts until garbage collection
+deletes it, so garbage still inside its retention window is counted. The limits are not
+stored here: the server passes the tenant's ``Quota`` with each write, so changing a
+quota needs no storage migration and the embedded store (no quota) pays nothing.
 """
 
 from __future__ import annotations
@@ -14,8 +22,78 @@ import abc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from blob_server.exceptions import InvalidRequestError, QuotaExceededError
+
 BLOB_ID_SIZE = 16
 DEFAULT_RETENTION_SECONDS = 600.0
+#: Largest quota: limits and usage travel through Redis' Lua as doubles, exact to 2**53.
+MAX_QUOTA = 2**53
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A tenant's limits: most bytes and most blobs it may store (None: no limit).
+
+    Only growth is checked: a write that adds nothing to a resource (a smaller root, a
+    keyring of the same size) is allowed even when the tenant is over its limit (say,
+    after the limit was lowered), so it can still shrink.
+    """
+
+    max_bytes: int | None = None
+    max_blobs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_blobs"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not 0 <= value <= MAX_QUOTA):
+                raise InvalidRequestError(f"{name} must be None or an int in [0, 2**53]")
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether neither resource has a limit (the storage may skip the check)."""
+        return self.max_bytes is None and self.max_blobs is None
+
+    def check(
+        self, tenant: str, used_blobs: int, used_bytes: int, add_blobs: int, add_bytes: int
+    ) -> None:
+        """Raise ``QuotaExceededError`` if adding would take a resource past its limit."""
+        if self.max_blobs is not None and add_blobs > 0 and used_blobs + add_blobs > self.max_blobs:
+            raise QuotaExceededError(tenant, "blobs", used_blobs, add_blobs, self.max_blobs)
+        if self.max_bytes is not None and add_bytes > 0 and used_bytes + add_bytes > self.max_bytes:
+            raise QuotaExceededError(tenant, "bytes", used_bytes, add_bytes, self.max_bytes)
+
+
+NO_QUOTA = Quota()
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseUsage:
+    """What one database of a tenant holds (``Storage.usage(..., detail=True)``).
+
+    ``label`` is the database name, except on Redis, which stores no names: there it is
+    ``tag:<scope tag>``, the opaque tag in the database's key names.
+    """
+
+    label: str
+    seq: int
+    blobs: int
+    bytes: int  # sealed blob bytes of this database (not its root or keyrings)
+    garbage: int  # blobs waiting for garbage collection
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """What a tenant stores: the figures its quota is checked against.
+
+    ``bytes`` is sealed blobs + roots + keyring slots; ``databases`` counts the databases
+    with a root or a keyring slot; ``per_database`` is filled only on request (it costs
+    one query per database, or a scan of the blobs on SQLite).
+    """
+
+    blobs: int
+    bytes: int
+    databases: int
+    per_database: tuple[DatabaseUsage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +148,16 @@ class Storage(abc.ABC):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
     ) -> CommitResult:
         """Atomically write ``blobs``, set the root to ``root`` with ``seq = expected_seq + 1``
         and record ``garbage`` (ids the new root no longer reaches), if the current seq is
         ``expected_seq``. Otherwise change nothing and return the current root.
 
-        Raises ``BlobExistsError`` (changing nothing) if any new blob id already exists.
+        Raises ``BlobExistsError`` (changing nothing) if any new blob id already exists,
+        then ``QuotaExceededError`` (changing nothing) if the new blobs and the growth of
+        the root would take the tenant past ``quota``. The seq is checked first, so a stale
+        commit is answered with the current root whatever else is wrong with it.
         """
 
     @abc.abstractmethod
@@ -91,10 +173,21 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     def put_keyring(
-        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+        self,
+        tenant: str,
+        database: str,
+        name: str,
+        data: bytes,
+        *,
+        expected: bytes | None,
+        quota: Quota = NO_QUOTA,
     ) -> bool:
         """Set keyring slot ``name`` to ``data`` if it currently holds ``expected``
-        (None: the slot must be empty). Return whether it was set."""
+        (None: the slot must be empty). Return whether it was set.
+
+        Raises ``QuotaExceededError`` (changing nothing) if the slot would grow the tenant
+        past ``quota``'s bytes (slot names are free, so uncounted slots would be an
+        unlimited store)."""
 
     @abc.abstractmethod
     def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
@@ -104,6 +197,16 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def stats(self, tenant: str, database: str) -> dict[str, int]:
         """Return at least ``seq``, ``blobs``, ``bytes`` and ``garbage`` (pending) counts."""
+
+    @abc.abstractmethod
+    def usage(self, tenant: str, *, detail: bool = False) -> TenantUsage:
+        """Return what ``tenant`` stores (the figures its quota is checked against), with
+        one ``DatabaseUsage`` per database if ``detail``."""
+
+    @abc.abstractmethod
+    def tenant_names(self) -> list[str]:
+        """Return the tenants this storage knows by name, sorted (Redis keeps no names in
+        clear and returns none: the tenants file names them)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to free
         """Release resources (files, connections)."""

@@ -17,9 +17,13 @@ from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     EMPTY_ROOT,
+    NO_QUOTA,
     CommitResult,
+    DatabaseUsage,
+    Quota,
     RootRecord,
     Storage,
+    TenantUsage,
 )
 
 
@@ -45,6 +49,16 @@ class MemoryStorage(Storage):
         self._clock = clock
         self._lock = threading.Lock()
         self._databases: dict[tuple[str, str], _Database] = {}
+        self._usage: dict[str, list[int]] = {}  # tenant -> [blobs, bytes] (see base)
+
+    def _add_usage(self, tenant: str, blobs: int, size: int) -> None:
+        usage = self._usage.setdefault(tenant, [0, 0])
+        usage[0] += blobs
+        usage[1] += size
+
+    def _used(self, tenant: str) -> tuple[int, int]:
+        blobs, size = self._usage.get(tenant, (0, 0))
+        return blobs, size
 
     def _peek(self, tenant: str, database: str) -> _Database | None:
         """Return the database's state without creating it (reads must not create)."""
@@ -79,6 +93,7 @@ class MemoryStorage(Storage):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
     ) -> CommitResult:
         """Write blobs, swap the root and record garbage, or change nothing (see base)."""
         v.check_scope(tenant, database)
@@ -90,6 +105,9 @@ class MemoryStorage(Storage):
             for blob_id, _ in pairs:
                 if blob_id in db.blobs:
                     raise BlobExistsError(f"blob {blob_id.hex()} already exists")
+            added = sum(len(data) for _, data in pairs) + len(root_data) - len(db.root.data)
+            quota.check(tenant, *self._used(tenant), len(pairs), added)
+            self._add_usage(tenant, len(pairs), added)
             db.blobs.update(pairs)
             now = self._clock()
             for blob_id in dead:
@@ -116,7 +134,14 @@ class MemoryStorage(Storage):
             return None if db is None else db.keyrings.get(name)
 
     def put_keyring(
-        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+        self,
+        tenant: str,
+        database: str,
+        name: str,
+        data: bytes,
+        *,
+        expected: bytes | None,
+        quota: Quota = NO_QUOTA,
     ) -> bool:
         """Set keyring slot ``name`` if it holds ``expected``; return whether it was set."""
         v.check_scope(tenant, database)
@@ -128,6 +153,9 @@ class MemoryStorage(Storage):
             keyrings = self._state(tenant, database).keyrings
             if keyrings.get(name) != expected:
                 return False
+            added = len(data) - len(expected or b"")
+            quota.check(tenant, *self._used(tenant), 0, added)
+            self._add_usage(tenant, 0, added)
             keyrings[name] = data
             return True
 
@@ -136,12 +164,14 @@ class MemoryStorage(Storage):
         cutoff = self._clock() - v.check_retention(retention)
         deleted = 0
         with self._lock:
-            for db in self._databases.values():
+            for (tenant, _), db in self._databases.items():
                 due = [i for i, since in db.garbage.items() if since <= cutoff]
                 for blob_id in due:
                     del db.garbage[blob_id]
-                    if db.blobs.pop(blob_id, None) is not None:
+                    data = db.blobs.pop(blob_id, None)
+                    if data is not None:
                         deleted += 1
+                        self._add_usage(tenant, -1, -len(data))
         return deleted
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
@@ -156,3 +186,31 @@ class MemoryStorage(Storage):
                 "counters": len(db.counters),
                 "keyrings": len(db.keyrings),
             }
+
+    def usage(self, tenant: str, *, detail: bool = False) -> TenantUsage:
+        """Return the tenant's maintained usage (and, if asked, each database's)."""
+        v.check_name(tenant, "tenant")
+        with self._lock:
+            blobs, size = self._used(tenant)
+            mine = sorted(
+                (database, db)
+                for (owner, database), db in self._databases.items()
+                if owner == tenant and (db.root.seq or db.keyrings)
+            )
+            per_database = tuple(
+                DatabaseUsage(
+                    database,
+                    db.root.seq,
+                    len(db.blobs),
+                    sum(map(len, db.blobs.values())),
+                    len(db.garbage),
+                )
+                for database, db in mine
+                if detail
+            )
+            return TenantUsage(blobs, size, len(mine), per_database)
+
+    def tenant_names(self) -> list[str]:
+        """Return every tenant that wrote something, sorted."""
+        with self._lock:
+            return sorted({tenant for tenant, _ in self._databases})

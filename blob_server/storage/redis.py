@@ -5,24 +5,34 @@ Key layout (every name is opaque; no tenant, database, model or plaintext appear
     zdb:ns                      32 random bytes, the namespace key (created once, SET NX)
     zdb:gc                      set of scope tags that may have pending garbage
     zdb:{S}:root                hash: seq, data (the opaque root)
-    zdb:{S}:s                   hash: blobs, bytes (maintained by the scripts)
+    zdb:{S}:s                   hash: blobs, bytes (maintained by the scripts), t (tenant tag)
     zdb:{S}:b:<blob id hex>     string: one write-once blob
     zdb:{S}:g                   sorted set: blob id hex -> time it became garbage
     zdb:{S}:k                   hash: keyring slots, field = H(name)
     zdb:{S}:c                   hash: id counters, field = H(name)
+    zdb:{T}:u                   hash: blobs, bytes of the whole tenant (quota usage)
+    zdb:{T}:d                   set: the scope tags of the tenant's databases
 
 ``S`` is the scope tag of one (tenant, database): 32 hex digits of a BLAKE2b-128 of the
 length-prefixed names, keyed with the namespace key. Someone who sees key names (MONITOR,
 SLOWLOG, a key listing, a cluster migration log) learns nothing about tenant names; the
 key lives in Redis so tags stay stable across restarts and across blob-server processes.
 (Whoever can read *values* can read ``zdb:ns`` too and test guessed names: it hides
-names, it is not a secret against the Redis operator.) ``{S}`` is a Redis Cluster hash
-tag, so one database's keys share a slot and every per-database script is single-slot.
+names, it is not a secret against the Redis operator.) ``T`` is the tenant tag, made the
+same way from the tenant name alone (another BLAKE2b personalisation). ``{S}`` is a Redis
+Cluster hash tag, so one database's keys share a slot; the tenant keys have their own
+slot, so a commit (which counts usage) spans two slots: Redis Cluster would need the
+tenant tag as the hash tag of every key (this backend speaks to one Redis, not a cluster).
+Someone who reads values or watches MONITOR learns which scopes belong to one tenant
+(``t``, ``zdb:{T}:d``, the keys of one script call), not the names.
 
 Commits are one Lua script (atomic, EVALSHA): check ``seq``, check that no new blob id
-exists, SET every blob, swap the root, count blobs and bytes, ZADD the garbage. Time
+exists, check the tenant's quota against its usage, count blobs and bytes, SET every
+blob, swap the root, ZADD the garbage. Keyring writes and garbage collection update the
+usage in their scripts too, so usage is never out of step with what is stored. Time
 comes from the storage's ``clock`` as an argument, and seqs travel as decimal strings
-(Lua numbers are doubles and would round seqs above 2**53).
+(Lua numbers are doubles and would round seqs above 2**53; quotas and usage stay below
+2**53, see ``MAX_QUOTA``).
 
 There are no automatic retries: a command whose answer is lost is not re-sent, because
 re-sending a commit or an id allocation is not safe. Errors become
@@ -47,14 +57,18 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
-from blob_server.exceptions import BlobExistsError, StorageUnavailableError
+from blob_server.exceptions import BlobExistsError, QuotaExceededError, StorageUnavailableError
 from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     EMPTY_ROOT,
+    NO_QUOTA,
     CommitResult,
+    DatabaseUsage,
+    Quota,
     RootRecord,
     Storage,
+    TenantUsage,
 )
 
 log = logging.getLogger(__name__)
@@ -65,54 +79,135 @@ NAMESPACE_KEY_SIZE = 32
 _MGET_CHUNK = 1_000  # ids per MGET; several chunks go out in one pipeline
 _GC_BATCH = 500  # garbage entries per GC script run: keeps Redis responsive to committers
 
-# ARGV: expected seq, new seq, root data, now, n blob data..., garbage members...
-# KEYS: root, stats, garbage, n blob keys...
-# Returns {1} applied, {0, seq, data} conflict, {2, index} blob KEYS[4 + index] exists.
+# Shared by the scripts that write: tenant usage and quotas. ``zdb:{T}:u`` holds the
+# tenant's blobs and bytes (blobs + roots + keyrings); a scope joins it the first time a
+# script writes to it, marked by the field ``t`` (the tenant tag) of its stats hash and
+# by its tag in the tenant's set ``zdb:{T}:d``. A scope written before quotas existed has
+# no ``t``: joining then adopts what it already holds (its blob counters, root and
+# keyring slots), so usage is right for old data too. Everything here only reads; the
+# caller writes after every check passed (Redis does not roll a script back).
+_USAGE = """
+local function unjoined(stats, root, keyrings)
+  if redis.call('HEXISTS', stats, 't') == 1 then
+    return false, 0, 0
+  end
+  local s = redis.call('HMGET', stats, 'blobs', 'bytes')
+  local size = tonumber(s[2] or '0') + redis.call('HSTRLEN', root, 'data')
+  for _, v in ipairs(redis.call('HVALS', keyrings)) do
+    size = size + #v
+  end
+  return true, tonumber(s[1] or '0'), size
+end
+local function used(usage, blobs, size)
+  local u = redis.call('HMGET', usage, 'blobs', 'bytes')
+  return tonumber(u[1] or '0') + blobs, tonumber(u[2] or '0') + size
+end
+local function refuse(max_blobs, max_bytes, used_blobs, used_bytes, add_blobs, add_bytes)
+  if max_blobs ~= '' and add_blobs > 0 and used_blobs + add_blobs > tonumber(max_blobs) then
+    return {3, 'blobs', used_blobs, add_blobs, tonumber(max_blobs)}
+  end
+  if max_bytes ~= '' and add_bytes > 0 and used_bytes + add_bytes > tonumber(max_bytes) then
+    return {3, 'bytes', used_bytes, add_bytes, tonumber(max_bytes)}
+  end
+  return nil
+end
+local function count(usage, stats, dbs, join, stag, ttag, blobs, size)
+  if blobs ~= 0 then
+    redis.call('HINCRBY', usage, 'blobs', blobs)
+  end
+  if size ~= 0 then
+    redis.call('HINCRBY', usage, 'bytes', size)
+  end
+  if join then
+    redis.call('HSET', stats, 't', ttag)
+    redis.call('SADD', dbs, stag)
+  end
+end
+"""
+
+# KEYS: root, stats, garbage, keyrings, usage, dbs, n blob keys...
+# ARGV: expected seq, new seq, root data, now, max blobs, max bytes ('' = no limit),
+#       scope tag, tenant tag, n blob data..., garbage members...
+# Returns {1} applied, {0, seq, data} conflict, {2, index} blob KEYS[7 + index] exists,
+# {3, resource, used, adding, limit} over quota (nothing written in the last three cases).
 # Redis does not roll a script back when a call fails midway, so the calls that could
 # fail on a damaged keyspace (HINCRBY on a non-integer) come before any blob is written,
 # and garbage is recorded only after the root swap (never garbage of a root not yet live).
-_COMMIT = """
+_COMMIT = (
+    _USAGE
+    + """
 local cur = redis.call('HMGET', KEYS[1], 'seq', 'data')
 local seq = cur[1] or '0'
 if seq ~= ARGV[1] then
   return {0, seq, cur[2] or ''}
 end
+local n = #KEYS - 6
 local bytes = 0
-for i = 4, #KEYS do
+for i = 7, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 1 then
-    return {2, i - 4}
+    return {2, i - 7}
   end
-  bytes = bytes + #ARGV[i + 1]
+  bytes = bytes + #ARGV[i + 2]
 end
-if #KEYS > 3 then
-  redis.call('HINCRBY', KEYS[2], 'blobs', #KEYS - 3)
+local size = bytes + #ARGV[3] - #(cur[2] or '')
+local join, old_blobs, old_bytes = unjoined(KEYS[2], KEYS[1], KEYS[4])
+local used_blobs, used_bytes = used(KEYS[5], old_blobs, old_bytes)
+local refused = refuse(ARGV[5], ARGV[6], used_blobs, used_bytes, n, size)
+if refused then
+  return refused
+end
+if n > 0 then
+  redis.call('HINCRBY', KEYS[2], 'blobs', n)
   redis.call('HINCRBY', KEYS[2], 'bytes', bytes)
 end
-for i = 4, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[i + 1])
+count(KEYS[5], KEYS[2], KEYS[6], join, ARGV[7], ARGV[8], old_blobs + n, old_bytes + size)
+for i = 7, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 2])
 end
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'data', ARGV[3])
-for j = #KEYS + 2, #ARGV do
+for j = #KEYS + 3, #ARGV do
   redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[j])
 end
 return {1}
 """
+)
 
-# KEYS: keyring hash. ARGV: field, data, '1' if an expected value follows else '0', expected.
-_PUT_KEYRING = """
+# KEYS: keyrings, stats, root, usage, dbs.
+# ARGV: field, data, '1' if an expected value follows else '0', expected, max bytes
+#       ('' = no limit), scope tag, tenant tag.
+# Returns 1 set, 0 not (the slot did not hold the expected value), or the quota refusal.
+_PUT_KEYRING = (
+    _USAGE
+    + """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if ARGV[3] == '0' then
   if cur then return 0 end
 elseif cur ~= ARGV[4] then
   return 0
 end
+local size = #ARGV[2] - #(cur or '')
+local join, old_blobs, old_bytes = unjoined(KEYS[2], KEYS[3], KEYS[1])
+local used_blobs, used_bytes = used(KEYS[4], old_blobs, old_bytes)
+local refused = refuse('', ARGV[5], used_blobs, used_bytes, 0, size)
+if refused then
+  return refused
+end
+count(KEYS[4], KEYS[2], KEYS[5], join, ARGV[6], ARGV[7], old_blobs, old_bytes + size)
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
+)
 
-# KEYS: garbage zset, stats hash. ARGV: cutoff, batch size, blob key prefix.
-# Deletes up to a batch of due blobs; returns {deleted, due, garbage left}.
+# KEYS: garbage zset, stats hash[, tenant usage hash]. ARGV: cutoff, batch size, blob key
+# prefix, the scope's tenant tag ('' if it had none when the caller looked).
+# Deletes up to a batch of due blobs; returns {deleted, due, garbage left}, or {-1} if the
+# scope joined a tenant since the caller looked (it must pass the usage key and retry).
+# Blobs of a scope that never joined a tenant are not in any usage yet: nothing to return.
 _COLLECT = """
+local tenant = redis.call('HGET', KEYS[2], 't')
+if (tenant or '') ~= ARGV[4] then
+  return {-1, 0, 0}
+end
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 local deleted, bytes = 0, 0
 for _, member in ipairs(due) do
@@ -129,6 +224,10 @@ end
 if deleted > 0 then
   redis.call('HINCRBY', KEYS[2], 'blobs', -deleted)
   redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
+  if tenant then
+    redis.call('HINCRBY', KEYS[3], 'blobs', -deleted)
+    redis.call('HINCRBY', KEYS[3], 'bytes', -bytes)
+  end
 end
 return {deleted, #due, redis.call('ZCARD', KEYS[1])}
 """
@@ -185,6 +284,29 @@ class _Scope:
         return self.blob_prefix + blob_id.hex().encode("ascii")
 
 
+class _Tenant:
+    """The key names of one tenant: its usage hash and the set of its scope tags."""
+
+    __slots__ = ("databases", "tag", "usage")
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag.encode("ascii")
+        base = b"zdb:{" + self.tag + b"}:"
+        self.usage = base + b"u"
+        self.databases = base + b"d"
+
+
+def _limit(value: int | None) -> bytes:
+    """A quota limit as the scripts take it: decimal, or empty for no limit."""
+    return b"" if value is None else str(value).encode("ascii")
+
+
+def _quota_error(tenant: str, reply: list) -> QuotaExceededError:
+    """The exception for a script's ``{3, resource, used, adding, limit}`` answer."""
+    _, resource, used, adding, limit = reply
+    return QuotaExceededError(tenant, resource.decode("ascii"), used, adding, limit)
+
+
 class RedisStorage(Storage):
     """Store blobs, roots, keyrings, counters and garbage in Redis.
 
@@ -227,6 +349,7 @@ class RedisStorage(Storage):
         self._namespace: bytes | None = None
         self._namespace_lock = threading.Lock()
         self._scopes: dict[tuple[str, str], _Scope] = {}
+        self._tenants: dict[str, _Tenant] = {}
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------
@@ -293,6 +416,19 @@ class RedisStorage(Storage):
             scope = self._scopes[names] = _Scope(tag)
         return scope
 
+    def _tenant(self, tenant: str) -> _Tenant:
+        """Return the key names of a tenant's usage (call inside _errors)."""
+        keys = self._tenants.get(tenant)
+        if keys is None:
+            tag = hashlib.blake2b(
+                _length_prefixed(v.check_name(tenant, "tenant")),
+                key=self._namespace_key(),
+                digest_size=16,
+                person=b"zdb:tenant:v1",
+            ).hexdigest()
+            keys = self._tenants[tenant] = _Tenant(tag)
+        return keys
+
     def _field(self, name: str) -> bytes:
         """Return the opaque hash field for a keyring or counter name (call inside _errors)."""
         return hashlib.blake2b(
@@ -334,6 +470,7 @@ class RedisStorage(Storage):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
     ) -> CommitResult:
         """Write blobs, swap the root and record garbage in one Lua script (see base).
 
@@ -345,8 +482,11 @@ class RedisStorage(Storage):
         seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
         with self._errors():
             scope = self._scope(tenant, database)
-            keys = [scope.root, scope.stats, scope.garbage, *(scope.blob(i) for i, _ in pairs)]
+            owner = self._tenant(tenant)
+            keys = [scope.root, scope.stats, scope.garbage, scope.keyrings]
+            keys += [owner.usage, owner.databases, *(scope.blob(i) for i, _ in pairs)]
             args: list[Any] = [str(seq), str(seq + 1), root_data, repr(float(self._clock()))]
+            args += [_limit(quota.max_blobs), _limit(quota.max_bytes), scope.tag, owner.tag]
             args += [data for _, data in pairs]
             args += [i.hex() for i in dead]
             reply = self._eval(
@@ -356,6 +496,8 @@ class RedisStorage(Storage):
             return CommitResult(True, RootRecord(seq + 1, root_data))
         if reply[0] == 0:
             return CommitResult(False, RootRecord(int(reply[1]), reply[2]))
+        if reply[0] == 3:
+            raise _quota_error(tenant, reply)
         raise BlobExistsError(f"blob {pairs[int(reply[1])][0].hex()} already exists")
 
     def _eval(
@@ -402,7 +544,14 @@ class RedisStorage(Storage):
             return self._redis.hget(self._scope(tenant, database).keyrings, self._field(name))
 
     def put_keyring(
-        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+        self,
+        tenant: str,
+        database: str,
+        name: str,
+        data: bytes,
+        *,
+        expected: bytes | None,
+        quota: Quota = NO_QUOTA,
     ) -> bool:
         """Set keyring slot ``name`` if it holds ``expected`` (a Lua compare-and-set)."""
         v.check_scope(tenant, database)
@@ -412,8 +561,14 @@ class RedisStorage(Storage):
             v.check_data(expected, "expected keyring data")
         with self._errors():
             scope = self._scope(tenant, database)
+            owner = self._tenant(tenant)
+            keys = [scope.keyrings, scope.stats, scope.root, owner.usage, owner.databases]
             args = [self._field(name), data, b"0" if expected is None else b"1", expected or b""]
-            return bool(self._keyring_script([scope.keyrings], args))
+            args += [_limit(quota.max_bytes), scope.tag, owner.tag]
+            reply = self._keyring_script(keys, args)
+        if isinstance(reply, list):
+            raise _quota_error(tenant, reply)
+        return bool(reply)
 
     def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
         """Delete blobs that became garbage at least ``retention`` seconds ago.
@@ -428,10 +583,16 @@ class RedisStorage(Storage):
         with self._errors():
             for tag in self._redis.sscan_iter(GC_SCOPES_KEY, count=100):
                 scope = _Scope(tag.decode("ascii"))
+                owner = self._redis.hget(scope.stats, "t")
                 while True:
-                    gone, due, left = self._collect_script(
-                        [scope.garbage, scope.stats], [cutoff, _GC_BATCH, scope.blob_prefix]
-                    )
+                    keys = [scope.garbage, scope.stats]
+                    if owner:
+                        keys.append(_Tenant(owner.decode("ascii")).usage)
+                    args = [cutoff, _GC_BATCH, scope.blob_prefix, owner or b""]
+                    gone, due, left = self._collect_script(keys, args)
+                    if gone < 0:  # the scope joined its tenant meanwhile: pass its usage
+                        owner = self._redis.hget(scope.stats, "t")
+                        continue
                     deleted += gone
                     if due < _GC_BATCH:
                         break
@@ -460,6 +621,42 @@ class RedisStorage(Storage):
             "counters": counters,
             "keyrings": keyrings,
         }
+
+    def usage(self, tenant: str, *, detail: bool = False) -> TenantUsage:
+        """Return the tenant's usage hash (one MULTI); with ``detail``, one more pipeline
+        reads each database's seq and counters. Databases are labelled ``tag:<scope
+        tag>``: Redis holds no database names."""
+        with self._errors():
+            owner = self._tenant(tenant)
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hmget(owner.usage, "blobs", "bytes")
+            pipe.smembers(owner.databases)
+            (blobs, size), tags = pipe.execute()
+            per_database: list[DatabaseUsage] = []
+            if detail and tags:
+                scopes = [_Scope(tag.decode("ascii")) for tag in sorted(tags)]
+                pipe = self._redis.pipeline(transaction=True)
+                for scope in scopes:
+                    pipe.hget(scope.root, "seq")
+                    pipe.hmget(scope.stats, "blobs", "bytes")
+                    pipe.zcard(scope.garbage)
+                replies = pipe.execute()
+                for i, scope in enumerate(scopes):
+                    seq, (n, nbytes), garbage = replies[3 * i : 3 * i + 3]
+                    per_database.append(
+                        DatabaseUsage(
+                            f"tag:{scope.tag.decode('ascii')}",
+                            int(seq or 0),
+                            int(n or 0),
+                            int(nbytes or 0),
+                            garbage,
+                        )
+                    )
+        return TenantUsage(int(blobs or 0), int(size or 0), len(tags), tuple(per_database))
+
+    def tenant_names(self) -> list[str]:
+        """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
+        return []
 
     def close(self) -> None:
         """Close the pool's connections; later calls raise."""

@@ -16,6 +16,10 @@ Why it looks the way it does:
 * **Scopes**: each (tenant, database) gets a small integer id; every other row is keyed by
   it, so tenants and databases cannot see each other's blobs, counters or keyrings, and the
   blob index stays small (an int and 16 bytes per row, not two strings).
+* **Usage** per tenant (blobs; bytes of blobs, roots and keyrings) is one row of
+  ``usage``, updated in the transaction of every write and garbage collection, so a quota
+  check reads one row instead of summing the tenant's blobs. Schema version 2 added it;
+  a version 1 file gets the table filled from its data when it is first opened.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     EMPTY_ROOT,
+    NO_QUOTA,
     CommitResult,
+    DatabaseUsage,
+    Quota,
     RootRecord,
     Storage,
+    TenantUsage,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Blobs are rowid tables on purpose: WITHOUT ROWID is meant for small rows, and 16 KiB
 # blobs would bloat the primary key b-tree. The (scope, id) primary key is the lookup index.
@@ -79,7 +87,30 @@ CREATE TABLE IF NOT EXISTS garbage (
     PRIMARY KEY (scope, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS garbage_since ON garbage (since);
+CREATE TABLE IF NOT EXISTS usage (
+    tenant TEXT PRIMARY KEY,
+    blobs INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+) WITHOUT ROWID;
 """
+
+# Version 1 -> 2: count what each tenant already stores (blobs, and bytes of blobs, roots
+# and keyrings), once, in the transaction that creates the table.
+_FILL_USAGE = """
+INSERT INTO usage (tenant, blobs, bytes)
+SELECT tenant, sum(n), sum(size) FROM (
+    SELECT s.tenant AS tenant, count(*) AS n, coalesce(sum(length(b.data)), 0) AS size
+        FROM blobs b JOIN scopes s ON s.scope = b.scope GROUP BY s.tenant
+    UNION ALL
+    SELECT s.tenant, 0, length(r.data) FROM roots r JOIN scopes s ON s.scope = r.scope
+    UNION ALL
+    SELECT s.tenant, 0, length(k.data) FROM keyrings k JOIN scopes s ON s.scope = k.scope
+) GROUP BY tenant
+"""
+_ADD_USAGE = (
+    "INSERT INTO usage (tenant, blobs, bytes) VALUES (?, ?, ?) ON CONFLICT (tenant) "
+    "DO UPDATE SET blobs = blobs + excluded.blobs, bytes = bytes + excluded.bytes"
+)
 
 # get_blobs pads each IN (...) list to one of these sizes (repeating an id is harmless), so
 # the statement cache holds a handful of prepared statements instead of one per batch size.
@@ -169,6 +200,8 @@ class SQLiteStorage(Storage):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)
+            if version < 2:  # a new file (nothing to count) or one from before quotas
+                c.execute(_FILL_USAGE)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
@@ -282,6 +315,7 @@ class SQLiteStorage(Storage):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
     ) -> CommitResult:
         """Write blobs, swap the root and record garbage in one transaction (see base).
 
@@ -307,6 +341,8 @@ class SQLiteStorage(Storage):
                 conn.execute("ROLLBACK")
                 existing = self._first_existing(conn, scope, [i for i, _ in pairs])
                 raise BlobExistsError(f"blob {existing} already exists") from None
+            added = sum(len(data) for _, data in pairs) + len(root_data) - len(current.data)
+            self._count(conn, tenant, quota, len(pairs), added)  # may raise: rolled back
             now = self._clock()
             conn.execute(
                 "INSERT INTO roots (scope, seq, data, committed) VALUES (?, ?, ?, ?) "
@@ -321,6 +357,17 @@ class SQLiteStorage(Storage):
                 )
         self._remember_scope(tenant, database, scope)
         return CommitResult(True, RootRecord(seq + 1, root_data))
+
+    @staticmethod
+    def _count(conn: sqlite3.Connection, tenant: str, quota: Quota, blobs: int, size: int) -> None:
+        """Check ``quota`` against the tenant's usage and add to it (inside a write)."""
+        if not quota.unlimited:
+            row = conn.execute(
+                "SELECT blobs, bytes FROM usage WHERE tenant = ?", (tenant,)
+            ).fetchone()
+            quota.check(tenant, *(row or (0, 0)), blobs, size)
+        if blobs or size:
+            conn.execute(_ADD_USAGE, (tenant, blobs, size))
 
     @staticmethod
     def _first_existing(conn: sqlite3.Connection, scope: int, ids: list[bytes]) -> str:
@@ -362,7 +409,14 @@ class SQLiteStorage(Storage):
         return None if row is None else row[0]
 
     def put_keyring(
-        self, tenant: str, database: str, name: str, data: bytes, *, expected: bytes | None
+        self,
+        tenant: str,
+        database: str,
+        name: str,
+        data: bytes,
+        *,
+        expected: bytes | None,
+        quota: Quota = NO_QUOTA,
     ) -> bool:
         """Set keyring slot ``name`` if it holds ``expected``; return whether it was set."""
         tenant, database = v.check_scope(tenant, database)
@@ -378,6 +432,7 @@ class SQLiteStorage(Storage):
             if (None if row is None else row[0]) != expected:
                 conn.execute("ROLLBACK")
                 return False
+            self._count(conn, tenant, quota, 0, len(data) - len(expected or b""))
             conn.execute(
                 "INSERT INTO keyrings (scope, name, data) VALUES (?, ?, ?) "
                 "ON CONFLICT (scope, name) DO UPDATE SET data = excluded.data",
@@ -397,14 +452,28 @@ class SQLiteStorage(Storage):
         with self._errors():
             while True:
                 with self._write() as conn:
-                    due = conn.execute(
-                        "SELECT scope, id FROM garbage WHERE since <= ? LIMIT ?",
+                    # The size of each due blob (NULL if it does not exist) and its tenant,
+                    # so usage goes down in the same transaction as the blobs.
+                    rows = conn.execute(
+                        "SELECT g.scope, g.id, length(b.data), s.tenant FROM garbage g "
+                        "JOIN scopes s ON s.scope = g.scope "
+                        "LEFT JOIN blobs b ON b.scope = g.scope AND b.id = g.id "
+                        "WHERE g.since <= ? LIMIT ?",
                         (cutoff, _GC_BATCH),
                     ).fetchall()
-                    before = conn.total_changes
+                    due = [(scope, blob_id) for scope, blob_id, _, _ in rows]
+                    freed: dict[str, list[int]] = {}  # tenant -> [blobs, bytes]
+                    for _, _, size, tenant in rows:
+                        if size is not None:
+                            counts = freed.setdefault(tenant, [0, 0])
+                            counts[0] += 1
+                            counts[1] += size
                     conn.executemany("DELETE FROM blobs WHERE scope = ? AND id = ?", due)
-                    deleted += conn.total_changes - before
                     conn.executemany("DELETE FROM garbage WHERE scope = ? AND id = ?", due)
+                    conn.executemany(
+                        _ADD_USAGE, [(tenant, -n, -size) for tenant, (n, size) in freed.items()]
+                    )
+                    deleted += sum(n for n, _ in freed.values())
                 if len(due) < _GC_BATCH:
                     return deleted
 
@@ -434,6 +503,47 @@ class SQLiteStorage(Storage):
             finally:
                 conn.execute("COMMIT")
         return result
+
+    def usage(self, tenant: str, *, detail: bool = False) -> TenantUsage:
+        """Return the tenant's usage row; with ``detail``, each database's figures (these
+        are computed: O(blobs of the tenant), for the admin's ``stats``, not per request)."""
+        v.check_name(tenant, "tenant")
+        per_database: list[DatabaseUsage] = []
+        with self._errors():
+            conn = self._connection()
+            conn.execute("BEGIN")  # one snapshot for all the figures
+            try:
+                row = conn.execute(
+                    "SELECT blobs, bytes FROM usage WHERE tenant = ?", (tenant,)
+                ).fetchone()
+                scopes = conn.execute(
+                    "SELECT scope, database FROM scopes s WHERE tenant = ? AND ("
+                    "EXISTS (SELECT 1 FROM roots r WHERE r.scope = s.scope) OR "
+                    "EXISTS (SELECT 1 FROM keyrings k WHERE k.scope = s.scope)) "
+                    "ORDER BY database",
+                    (tenant,),
+                ).fetchall()
+                for scope, database in scopes if detail else ():
+                    blobs, size = conn.execute(
+                        "SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs "
+                        "WHERE scope = ?",
+                        (scope,),
+                    ).fetchone()
+                    (garbage,) = conn.execute(
+                        "SELECT count(*) FROM garbage WHERE scope = ?", (scope,)
+                    ).fetchone()
+                    seq = self._read_root(conn, scope).seq
+                    per_database.append(DatabaseUsage(database, seq, blobs, size, garbage))
+            finally:
+                conn.execute("COMMIT")
+        blobs, size = row or (0, 0)
+        return TenantUsage(blobs, size, len(scopes), tuple(per_database))
+
+    def tenant_names(self) -> list[str]:
+        """Return every tenant with a scope in the file, sorted."""
+        with self._errors():
+            rows = self._connection().execute("SELECT DISTINCT tenant FROM scopes ORDER BY 1")
+            return [tenant for (tenant,) in rows]
 
     def close(self) -> None:
         """Close every connection this object opened; later calls raise."""

@@ -57,3 +57,39 @@ def test_file_survives_a_restart_and_rejects_garbage(tmp_path):
     path.write_text('{"db": {"seq": "x"}}')
     with pytest.raises(FreshnessError, match="malformed"):
         FileFreshnessTracker(path).check("db", 5, D3, D1)
+
+
+def test_a_root_current_when_asked_for_is_no_rollback(tracker):
+    tracker.check("db", 5, D1, None)
+    tracker.check("db", 6, D2, D1)
+    tracker.check("db", 5, D1, None, floor=5)  # asked for when 5 was the newest seen
+    with pytest.raises(FreshnessError, match="rollback"):
+        tracker.check("db", 5, D1, None, floor=6)
+    with pytest.raises(FreshnessError, match="rollback"):
+        tracker.check("db", 4, D3, None, floor=5)
+
+
+def test_a_commit_landing_while_a_read_is_on_its_way_is_no_rollback(make_db):
+    """Threads share one DB: one may commit (and record seq n+1) while another's root
+    read is on its way and returns seq n. That read is current, not a rollback."""
+    from zerodb_core.models import Field, Model
+
+    class Hit(Model):
+        n = Field()
+
+    db = make_db()
+    db.add(Hit(n=1))
+    read_root = db.transport.get_root
+    interleaved = []
+
+    def get_root(database):
+        record = read_root(database)
+        if not interleaved:
+            interleaved.append(record.seq)
+            db.add(Hit(n=2))  # "another thread" commits before this answer is checked
+        return record
+
+    db.transport.get_root = get_root
+    assert len(db[Hit].query(n=1)) == 1
+    assert interleaved and db.stats()["seq"] == interleaved[0] + 1
+    assert len(db[Hit]) == 2

@@ -389,7 +389,7 @@ def test_remote_transport_reconnects_reads_but_not_writes(server):
         def drop(requests):
             raise _DroppedError(ConnectionError("lost"), sent=True)
 
-        transport._exchange = drop
+        transport._exchange_responses = drop  # what every exchange goes through
         with pytest.raises(StoreUnavailableError):
             transport.commit("main", expected_seq=1, root=b"r2", blobs={}, garbage=[])
     finally:

@@ -11,8 +11,8 @@ import threading
 import pytest
 from redis.crc import key_slot
 
-from blob_server.exceptions import StorageUnavailableError
-from blob_server.storage import RedisStorage
+from blob_server.exceptions import QuotaExceededError, StorageUnavailableError
+from blob_server.storage import Quota, RedisStorage
 from blob_server.storage import redis as redis_backend
 from tests.server.conftest import free_port, start_redis_server, stop_redis_server
 from tests.server.test_storage import FakeClock, commit, new_id
@@ -46,7 +46,7 @@ def test_key_names_reveal_no_names(redis_server, redis_storage):
     for key in keys:
         if client.type(key) == b"hash":
             for field in client.hkeys(key):
-                assert field in (b"seq", b"data", b"blobs", b"bytes") or len(field) == 16
+                assert field in (b"seq", b"data", b"blobs", b"bytes", b"t") or len(field) == 16
 
 
 def test_every_key_of_a_database_shares_one_hash_slot(redis_server, redis_storage):
@@ -58,14 +58,22 @@ def test_every_key_of_a_database_shares_one_hash_slot(redis_server, redis_storag
         redis_storage.put_keyring(T, database, "slot", b"k", expected=None)
 
     by_tag: dict[bytes, list[bytes]] = {}
+    tenant_keys: set[bytes] = set()
     for key in all_keys(redis_server):
         if key in (redis_backend.NAMESPACE_KEY, redis_backend.GC_SCOPES_KEY):
             continue
         tags = TAG.findall(key)
         assert len(tags) == 1, key  # exactly one hash tag, so the slot is the tag's
         assert key.startswith(b"zdb:{" + tags[0] + b"}:")
+        if key.endswith((b":u", b":d")):  # the tenant's usage and database set
+            tenant_keys.add(key)
+            continue
         by_tag.setdefault(tags[0], []).append(key)
     assert len(by_tag) == 2  # one scope per database
+    # One tenant: its two keys share their own tag, which lists both databases.
+    assert len({TAG.findall(k)[0] for k in tenant_keys}) == 1 and len(tenant_keys) == 2
+    (members_key,) = (k for k in tenant_keys if k.endswith(b":d"))
+    assert set(redis_server.client().smembers(members_key)) == set(by_tag)
     for keys in by_tag.values():
         assert len(keys) >= 20 + 6  # blobs, root, stats, garbage, counters, keyrings
         assert len({key_slot(k) for k in keys}) == 1
@@ -223,3 +231,81 @@ def test_a_redis_that_goes_away_raises_and_passwords_stay_out(tmp_path):
     store.close()
     with pytest.raises(StorageUnavailableError, match="closed"):
         store.get_root(T, D)
+
+
+def _forget_usage(redis_server, store: RedisStorage, tenant: str, *databases: str) -> None:
+    """Make the tenant's data look written before quotas existed: no usage, no joins."""
+    client = redis_server.client()
+    owner = store._tenant(tenant)
+    client.delete(owner.usage, owner.databases)
+    for database in databases:
+        client.hdel(store._scope(tenant, database).stats, "t")
+
+
+def test_data_from_before_quotas_joins_the_usage_on_its_next_write(redis_server, redis_storage):
+    commit(redis_storage, 0, {new_id(): b"a" * 100, new_id(): b"b" * 50}, root=b"r" * 10)
+    redis_storage.put_keyring(T, D, "slot", b"k" * 20, expected=None)
+    commit(redis_storage, 0, {new_id(): b"c" * 30}, root=b"s" * 5, database="second")
+    before = redis_storage.usage(T)
+    assert (before.blobs, before.bytes, before.databases) == (3, 215, 2)
+    _forget_usage(redis_server, redis_storage, T, D, "second")
+    assert redis_storage.usage(T).bytes == 0
+
+    # The next commit to a database adopts what it already holds, and the quota sees it.
+    with pytest.raises(QuotaExceededError, match="180 used"):
+        redis_storage.commit(
+            T,
+            D,
+            expected_seq=1,
+            root=b"r" * 10,
+            blobs={new_id(): b"d" * 30},
+            quota=Quota(max_bytes=200),
+        )
+    assert redis_storage.usage(T).bytes == 0  # a refused commit wrote nothing
+    assert commit(redis_storage, 1, {new_id(): b"d" * 40}, root=b"r" * 10).ok
+    assert (redis_storage.usage(T).blobs, redis_storage.usage(T).bytes) == (3, 220)
+    # A keyring write adopts its database too.
+    assert redis_storage.put_keyring(T, "second", "slot", b"k" * 4, expected=None)
+    usage = redis_storage.usage(T)
+    assert (usage.blobs, usage.bytes, usage.databases) == (4, 220 + 35 + 4, 2)
+
+
+def test_collecting_garbage_of_data_from_before_quotas(redis_server, redis_storage_factory):
+    clock = FakeClock()
+    store = redis_storage_factory(clock=clock)
+    old, kept = new_id(), new_id()
+    commit(store, 0, {old: b"o" * 100, kept: b"k" * 10}, root=b"")
+    commit(store, 1, {}, garbage=[old], root=b"")
+    _forget_usage(redis_server, store, T, D)
+    clock.now += 10
+    # Never counted, so nothing to give back: the usage stays at 0 instead of going below.
+    assert store.collect_garbage(retention=5) == 1
+    assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)
+    commit(store, 2, {}, root=b"")  # joins: adopts the blob that is left
+    assert (store.usage(T).blobs, store.usage(T).bytes) == (1, 10)
+
+
+def test_collection_notices_a_scope_that_joined_its_tenant_meanwhile(
+    redis_server, redis_storage_factory, monkeypatch
+):
+    clock = FakeClock()
+    store = redis_storage_factory(clock=clock)
+    old = new_id()
+    commit(store, 0, {old: b"o" * 100}, root=b"")
+    commit(store, 1, {}, garbage=[old], root=b"")
+    assert (store.usage(T).blobs, store.usage(T).bytes) == (1, 100)
+    clock.now += 10
+    # The collector reads the scope's tenant as missing (as if a commit joined it right
+    # after the read): the script refuses to run without the usage key; the collector
+    # reads again and gives the usage back.
+    real_hget = store._redis.hget
+    reads = []
+
+    def stale_hget(*args):
+        reads.append(args)
+        return None if len(reads) == 1 else real_hget(*args)
+
+    monkeypatch.setattr(store._redis, "hget", stale_hget)
+    assert store.collect_garbage(retention=5) == 1
+    assert len(reads) == 2  # read again after the script's refusal
+    assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)

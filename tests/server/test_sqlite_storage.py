@@ -145,3 +145,35 @@ def test_writer_killed_mid_commit_leaves_a_consistent_file(tmp_path):
         assert survivor.exitcode == 0
         # Each killed victim may have committed once without writing its ack.
         assert_consistent(path, read_acks(ack_paths), unacked_allowed=killed)
+
+
+def test_a_file_from_before_quotas_gets_its_usage_counted(tmp_path):
+    """Schema 1 had no usage table: opening such a file counts what each tenant holds."""
+    path = tmp_path / "old.zdb"
+    store = SQLiteStorage(path)
+    for tenant, database in ((T, D), (T, "other"), ("second", D)):
+        blobs = {os.urandom(16): os.urandom(100) for _ in range(3)}
+        store.commit(tenant, database, expected_seq=0, root=b"r" * 7, blobs=blobs)
+        store.put_keyring(tenant, database, "slot", b"k" * 11, expected=None)
+    expected = {name: store.usage(name) for name in (T, "second")}
+    assert (expected[T].blobs, expected[T].bytes) == (6, 2 * (300 + 7 + 11))
+    store.close()
+    conn = sqlite3.connect(path)  # make it a version 1 file again
+    conn.execute("DROP TABLE usage")
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+
+    reopened = SQLiteStorage(path)
+    try:
+        assert {name: reopened.usage(name) for name in (T, "second")} == expected
+        assert reopened.tenant_names() == ["second", T]
+        version = reopened._connection().execute("PRAGMA user_version").fetchone()[0]
+        assert version == 2
+    finally:
+        reopened.close()
+    again = SQLiteStorage(path)  # a version 2 file is not counted twice
+    try:
+        assert again.usage(T) == expected[T]
+    finally:
+        again.close()

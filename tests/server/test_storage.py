@@ -7,10 +7,16 @@ import threading
 
 import pytest
 
-from blob_server.exceptions import BlobExistsError, InvalidRequestError, StorageUnavailableError
+from blob_server.exceptions import (
+    BlobExistsError,
+    InvalidRequestError,
+    QuotaExceededError,
+    StorageUnavailableError,
+)
 from blob_server.storage import (
     EMPTY_ROOT,
     MemoryStorage,
+    Quota,
     RedisStorage,
     RootRecord,
     SQLiteStorage,
@@ -407,3 +413,178 @@ def test_open_storage_refuses_unopenable_files(tmp_path):
     blocker.write_bytes(b"")
     with pytest.raises(StorageUnavailableError):
         open_storage(f"sqlite:///{blocker}/sub/store.zdb")
+
+
+# -- usage and quotas --------------------------------------------------------------------
+#
+# Usage per tenant = blobs stored, and bytes of blobs + roots + keyring slots; a quota is
+# checked inside the same atomic write that changes the usage.
+
+
+def usage_of(store: Storage, tenant: str = T) -> tuple[int, int, int]:
+    usage = store.usage(tenant)
+    return usage.blobs, usage.bytes, usage.databases
+
+
+def quota_commit(store: Storage, seq: int, blobs: dict, quota: Quota, root=b"", **kwargs):
+    return store.commit(
+        kwargs.pop("tenant", T),
+        kwargs.pop("database", D),
+        expected_seq=seq,
+        root=root,
+        blobs=blobs,
+        garbage=kwargs.pop("garbage", ()),
+        quota=quota,
+    )
+
+
+def test_usage_counts_blobs_and_the_bytes_of_blobs_roots_and_keyrings(storage):
+    assert usage_of(storage) == (0, 0, 0)
+    commit(storage, 0, {new_id(): b"x" * 100, new_id(): b"y" * 50}, root=b"r" * 10)
+    assert usage_of(storage) == (2, 160, 1)
+    commit(storage, 1, {new_id(): b"z" * 7}, root=b"r" * 4)  # the root shrinks by 6
+    assert usage_of(storage) == (3, 161, 1)
+    assert storage.put_keyring(T, D, "slot", b"k" * 30, expected=None)
+    assert usage_of(storage) == (3, 191, 1)
+    assert storage.put_keyring(T, D, "slot", b"k" * 20, expected=b"k" * 30)
+    assert not storage.put_keyring(T, D, "slot", b"k" * 99, expected=b"wrong")
+    assert usage_of(storage) == (3, 181, 1)
+    assert not commit(storage, 0, {new_id(): b"stale"}).ok  # a conflict counts nothing
+    storage.allocate_ids(T, D, "sequence", 5)  # counters are not counted
+    assert usage_of(storage) == (3, 181, 1)
+
+    commit(storage, 0, {new_id(): b"w" * 5}, root=b"", database="other")
+    assert usage_of(storage) == (4, 186, 2)  # one tenant, two databases
+    assert usage_of(storage, "someone-else") == (0, 0, 0)
+
+    detail = storage.usage(T, detail=True).per_database
+    figures = sorted((d.seq, d.blobs, d.bytes, d.garbage) for d in detail)
+    assert figures == [(1, 1, 5, 0), (2, 3, 157, 0)]  # blob bytes only, per database
+    if isinstance(storage, RedisStorage):  # Redis keeps no names: opaque scope tags
+        assert all(d.label.startswith("tag:") and len(d.label) == 36 for d in detail)
+    else:
+        assert sorted(d.label for d in detail) == [D, "other"]
+        assert storage.tenant_names() == [T]
+
+
+def test_a_commit_past_the_quota_is_refused_and_changes_nothing(storage):
+    quota = Quota(max_bytes=1000, max_blobs=3)
+    first = {new_id(): b"a" * 400, new_id(): b"b" * 400}
+    assert quota_commit(storage, 0, first, quota, root=b"r" * 10).ok
+    assert usage_of(storage)[:2] == (2, 810)
+
+    refused = new_id()
+    with pytest.raises(QuotaExceededError) as caught:
+        quota_commit(storage, 1, {refused: b"c" * 200}, quota, root=b"s" * 10, garbage=[new_id()])
+    error = caught.value
+    assert (error.tenant, error.resource, error.used, error.adding, error.limit) == (
+        T,
+        "bytes",
+        810,
+        200,
+        1000,
+    )
+    assert "quota of 1000 bytes" in str(error) and "810 used" in str(error)
+    assert storage.get_root(T, D) == RootRecord(1, b"r" * 10)
+    assert storage.get_blobs(T, D, [refused]) == {}
+    assert storage.stats(T, D)["garbage"] == 0
+    assert usage_of(storage)[:2] == (2, 810)
+
+    # Exactly at the limit is allowed; then the blob limit refuses the next blob.
+    assert quota_commit(storage, 1, {new_id(): b"c" * 190}, quota, root=b"s" * 10).ok
+    assert usage_of(storage)[:2] == (3, 1000)
+    with pytest.raises(QuotaExceededError, match="quota of 3 blobs") as caught:
+        quota_commit(storage, 2, {new_id(): b""}, quota, root=b"")
+    assert (caught.value.resource, caught.value.used, caught.value.adding) == ("blobs", 3, 1)
+    # A commit that adds nothing (a smaller root, no blobs) still goes through at the limit.
+    assert quota_commit(storage, 2, {}, quota, root=b"t").ok
+    assert usage_of(storage)[:2] == (3, 991)
+    # The seq is checked first: a stale commit gets the current root, not a quota error.
+    assert not quota_commit(storage, 0, {new_id(): b"x" * 5000}, quota).ok
+
+
+def test_an_existing_blob_id_is_reported_before_the_quota(storage):
+    taken = new_id()
+    commit(storage, 0, {taken: b"x"}, root=b"")
+    with pytest.raises(BlobExistsError):
+        quota_commit(storage, 1, {taken: b"y" * 100}, Quota(max_bytes=10))
+
+
+def test_quota_is_per_tenant_across_its_databases(storage):
+    quota = Quota(max_blobs=2)
+    assert quota_commit(storage, 0, {new_id(): b"1"}, quota, database="one").ok
+    assert quota_commit(storage, 0, {new_id(): b"2"}, quota, database="two").ok
+    with pytest.raises(QuotaExceededError):
+        quota_commit(storage, 0, {new_id(): b"3"}, quota, database="three")
+    # Another tenant has a usage of its own.
+    assert quota_commit(storage, 0, {new_id(): b"1", new_id(): b"2"}, quota, tenant="u2").ok
+    assert usage_of(storage) == (2, 2, 2) and usage_of(storage, "u2") == (2, 2, 1)
+
+
+def test_garbage_collection_gives_the_usage_back(storage, clock):
+    quota = Quota(max_blobs=2, max_bytes=10_000)
+    a, b = new_id(), new_id()
+    assert quota_commit(storage, 0, {a: b"a" * 100, b: b"b" * 200}, quota, root=b"r").ok
+    with pytest.raises(QuotaExceededError):
+        quota_commit(storage, 1, {new_id(): b"c"}, quota, root=b"r")
+    # Replacing them frees nothing yet: garbage stays (and counts) for its retention.
+    assert quota_commit(storage, 1, {}, quota, root=b"r", garbage=[a, b, new_id()]).ok
+    with pytest.raises(QuotaExceededError):
+        quota_commit(storage, 2, {new_id(): b"c"}, quota, root=b"r")
+    assert usage_of(storage)[:2] == (2, 301)
+    clock.now += 61
+    assert storage.collect_garbage(retention=60) == 2
+    assert usage_of(storage)[:2] == (0, 1)  # the root is left
+    assert quota_commit(storage, 2, {new_id(): b"c"}, quota, root=b"r").ok
+    assert usage_of(storage)[:2] == (1, 2)
+
+
+def test_keyring_slots_count_against_the_byte_quota(storage):
+    quota = Quota(max_bytes=100)
+    assert storage.put_keyring(T, D, "a", b"k" * 60, expected=None, quota=quota)
+    with pytest.raises(QuotaExceededError, match="60 used"):
+        storage.put_keyring(T, D, "b", b"k" * 50, expected=None, quota=quota)
+    assert storage.get_keyring(T, D, "b") is None
+    # Replacing a slot with one of the same size (a passphrase change) is always possible.
+    assert storage.put_keyring(T, D, "a", b"j" * 60, expected=b"k" * 60, quota=quota)
+    assert storage.put_keyring(T, D, "b", b"k" * 40, expected=None, quota=quota)
+    assert usage_of(storage)[:2] == (0, 100)
+
+
+def test_concurrent_commits_never_pass_the_quota(storage):
+    """Eight threads race 40 commits of 100 bytes for a 1,500-byte quota: whatever the
+    interleaving, exactly 15 are applied (a refusal needs 1,500 bytes used already)."""
+    quota = Quota(max_bytes=1500)
+    applied, refused = [], []
+
+    def writer(worker: int) -> None:
+        database = f"db{worker}"
+        seq = 0
+        for _ in range(5):
+            try:
+                result = quota_commit(
+                    storage, seq, {new_id(): b"x" * 100}, quota, database=database
+                )
+            except QuotaExceededError:
+                refused.append(worker)
+                continue
+            assert result.ok
+            seq += 1
+            applied.append(worker)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(applied), len(refused)) == (15, 25)
+    assert usage_of(storage)[:2] == (15, 1500)
+
+
+def test_quota_limits_are_checked(storage):
+    for bad in (-1, 2**53 + 1, True, 1.5, "10"):
+        with pytest.raises(InvalidRequestError):
+            Quota(max_bytes=bad)
+    assert Quota().unlimited and not Quota(max_blobs=0).unlimited
+    with pytest.raises(QuotaExceededError):  # zero means nothing at all
+        quota_commit(storage, 0, {new_id(): b""}, Quota(max_blobs=0))

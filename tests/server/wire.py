@@ -4,9 +4,12 @@ that speaks frames by hand (so tests can send exactly the bytes an attacker woul
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 from coincurve import PrivateKey
 
@@ -115,3 +118,19 @@ def registry_with(path, **tenants: list[PrivateKey]) -> TenantRegistry:
         for key in keys:
             registry.add_key(name, key.public_key.format())
     return registry
+
+
+def self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """A throwaway P-256 certificate for localhost and 127.0.0.1 (and its key), made with
+    ``openssl req`` (the ``cryptography`` package is not a dependency)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl is needed to make a test certificate")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    command = (
+        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+        "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+        f"-keyout {key} -out {cert}"
+    )
+    subprocess.run([openssl, *command.split()], check=True, capture_output=True)
+    return cert, key

@@ -14,6 +14,12 @@ is unknown, and replaying a commit is not idempotent): it raises
 Everything the server answers is checked before use: a malformed answer raises
 ``IntegrityError`` and drops the connection (it cannot be trusted to be in step any more).
 
+Server pinning: the transport logs in only to a server whose id (sent in the challenge,
+and part of the signed login digest) is ``server_id`` when one is given (the key file
+records it), and otherwise to the id its first login saw: a reconnect that reaches a
+server with another id (a DNS or routing change, an attacker's server) raises
+``AuthenticationError`` naming both ids before anything is signed.
+
 Root pushes: the first root read of a database on a connection is sent as
 ``subscribe`` + ``get_root`` pipelined (one round trip). From then on the server pushes
 ``[0, "root", {database, seq}]`` after every commit through it by another connection of
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import select
 import socket
 import ssl as ssl_module
@@ -49,9 +56,16 @@ from typing import Any
 from coincurve import PrivateKey
 
 from blob_server import protocol
-from blob_server.exceptions import BlobExistsError, InvalidRequestError, QuotaExceededError
-from blob_server.storage.base import CommitResult, RootRecord
-from zerodb_core.exceptions import AuthenticationError, IntegrityError, StoreUnavailableError
+from blob_server.exceptions import BlobExistsError, InvalidRequestError
+from blob_server.storage.base import BLOB_ID_SIZE, CommitResult, RootRecord
+from zerodb_core.exceptions import (
+    AuthenticationError,
+    CommitTooLargeError,
+    IntegrityError,
+    QueryError,
+    QuotaExceededError,
+    StoreUnavailableError,
+)
 from zerodb_core.transport.base import MAX_SEQ, Transport
 
 DEFAULT_TIMEOUT = 30.0
@@ -60,6 +74,34 @@ BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
 
 _AUTH_CODES = {protocol.AUTH_FAILED, protocol.RATE_LIMITED, protocol.UNAUTHENTICATED}
+# msgpack overhead of a commit request besides its payload bytes: per blob (a map entry
+# of a 16-byte key and a bin header), per garbage id, and for the rest of the frame.
+_COMMIT_BLOB_OVERHEAD = BLOB_ID_SIZE + 8
+_COMMIT_FRAME_OVERHEAD = 256
+
+
+def tls_context(
+    tls: bool | ssl_module.SSLContext | None, ca_file: str | os.PathLike | None = None
+) -> ssl_module.SSLContext | None:
+    """The client's TLS context: ``tls`` if it is one; else, when ``tls`` is True or a
+    ``ca_file`` is given, one that verifies the server's certificate and host name against
+    ``ca_file`` (the system's CAs without one), TLS 1.2 at least; None for plain TCP."""
+    if isinstance(tls, ssl_module.SSLContext):
+        if ca_file is not None:
+            raise QueryError("give either an SSLContext as tls or a ca_file, not both")
+        return tls
+    if tls is False and ca_file is not None:
+        raise QueryError("ca_file is for TLS, but tls=False")
+    if not tls and ca_file is None:
+        return None
+    try:
+        context = ssl_module.create_default_context(
+            cafile=None if ca_file is None else os.fspath(ca_file)
+        )
+    except (OSError, ssl_module.SSLError) as exc:
+        raise StoreUnavailableError(f"cannot load the CA file {ca_file}: {exc}") from None
+    context.minimum_version = ssl_module.TLSVersion.TLSv1_2
+    return context
 
 
 class _DroppedError(Exception):
@@ -71,7 +113,12 @@ class _DroppedError(Exception):
 
 
 class RemoteTransport(Transport):
-    """Reach a blob server at ``(host, port)`` as ``tenant`` with a 32-byte login key."""
+    """Reach a blob server at ``(host, port)`` as ``tenant`` with a 32-byte login key.
+
+    ``ssl`` turns on TLS (``server_hostname`` is the name the certificate must carry,
+    ``host`` by default); ``timeout`` bounds connecting and every answer; ``server_id``
+    pins the server's id (see the module docstring).
+    """
 
     def __init__(
         self,
@@ -84,6 +131,7 @@ class RemoteTransport(Transport):
         delay: float = 0.0,
         ssl: ssl_module.SSLContext | None = None,
         server_hostname: str | None = None,
+        server_id: str | None = None,
     ) -> None:
         super().__init__(delay=delay)
         if type(login_key) is not bytes or len(login_key) != 32:
@@ -99,7 +147,8 @@ class RemoteTransport(Transport):
         self.timeout = timeout
         self.ssl = ssl
         self.server_hostname = server_hostname or host
-        self.server_id: str | None = None
+        # The id every login must find: the pinned one, else the first one seen.
+        self.server_id: str | None = server_id
         self.reconnects = 0  # connections opened after the first one
         self._connected = False
         self._sock: socket.socket | None = None
@@ -170,6 +219,13 @@ class RemoteTransport(Transport):
         ):
             raise IntegrityError("the blob server sent a malformed challenge")
         server_id = challenge["server_id"]
+        if self.server_id is not None and server_id != self.server_id:
+            # Before signing anything: a login for another server is not ours to give.
+            raise AuthenticationError(
+                f"the blob server at {self.host}:{self.port} has id {server_id!r}, but this "
+                f"client is pinned to server id {self.server_id!r} (recorded in the key file "
+                "at the first login): refusing to log in to a different server"
+            )
         timestamp = int(time.time())
         digest = protocol.login_digest(
             server_id, self.tenant, self.public_key, challenge["nonce"], timestamp
@@ -338,7 +394,9 @@ class RemoteTransport(Transport):
         return self._call("ping", {})
 
     def server_stats(self, database: str) -> dict:
-        """Return the storage statistics of ``database`` (this tenant's only)."""
+        """Return the storage statistics of ``database`` (this tenant's only), with
+        ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
+        ``max_blobs``, ``max_bytes``; a limit of None means none)."""
         return self._call("stats", {"database": database})
 
     # -- the storage operations --------------------------------------------------------------
@@ -413,17 +471,40 @@ class RemoteTransport(Transport):
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
     ) -> CommitResult:
-        answer = self._call(
-            "commit",
-            {
-                "database": database,
-                "expected_seq": expected_seq,
-                "root": root,
-                "blobs": dict(blobs),
-                "garbage": list(garbage),
-            },
-            idempotent=False,
+        size = (
+            len(root)
+            + sum(len(data) + _COMMIT_BLOB_OVERHEAD for data in blobs.values())
+            + len(garbage) * _COMMIT_BLOB_OVERHEAD
+            + _COMMIT_FRAME_OVERHEAD
         )
+        if size > protocol.MAX_FRAME_BYTES or len(blobs) > protocol.MAX_IDS_PER_REQUEST:
+            raise CommitTooLargeError(
+                f"a commit of {len(blobs)} blobs and about {size} bytes does not fit one "
+                f"request (at most {protocol.MAX_IDS_PER_REQUEST} blobs and "
+                f"{protocol.MAX_FRAME_BYTES} bytes); split the transaction"
+            )
+        (response,) = self._call_many(
+            [
+                (
+                    "commit",
+                    {
+                        "database": database,
+                        "expected_seq": expected_seq,
+                        "root": root,
+                        "blobs": dict(blobs),
+                        "garbage": list(garbage),
+                    },
+                )
+            ],
+            idempotent=False,
+            raw=True,
+        )
+        if not response.ok:
+            code, message = response.result
+            if code == protocol.TOO_LARGE:
+                raise CommitTooLargeError(f"blob server: {message} ({code})")
+            raise _error(code, message)
+        answer = response.result
         if type(answer) is not dict or type(answer.get("ok")) is not bool:
             raise IntegrityError("the blob server sent a malformed commit answer")
         result = CommitResult(answer["ok"], _root(answer))

@@ -1,0 +1,345 @@
+"""Quotas and commit limits through the server: the error answers, the typed client
+exceptions, quotas changed without a restart, and the admin commands.
+
+The accounting itself (atomic, per tenant, given back by garbage collection) is part of
+the storage contract (``test_storage.py``, all three backends); here the server runs in
+process on memory or on the session's real redis-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+from coincurve import PrivateKey
+
+from blob_server import protocol
+from blob_server.auth import Authenticator
+from blob_server.cli import main as cli_main
+from blob_server.cli import parse_size
+from blob_server.server import BlobServer
+from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
+from blob_server.tenants import DEFAULT, TenantRegistry
+from tests.core.hr import Employee
+from tests.server.wire import InProcessServer, Wire, registry_with
+from zerodb_core import DB, CommitTooLargeError, QuotaExceededError, ZeroDBError
+from zerodb_core.keyfile import KeyFile
+from zerodb_core.transport.remote import RemoteTransport
+
+KEY_A = PrivateKey()
+KEY_B = PrivateKey()
+PASSWORD = "quota test passphrase"
+
+
+@pytest.fixture
+def registry(tmp_path) -> TenantRegistry:
+    return registry_with(tmp_path / "tenants.json", acme=[KEY_A], beta=[KEY_B])
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend(request):
+    if request.param == "memory":
+        return MemoryStorage()
+    return request.getfixturevalue("redis_storage_factory")()
+
+
+@pytest.fixture
+def serve(registry, backend):
+    """Start in-process servers on ``backend`` with the given options; stop them after."""
+    running: list[InProcessServer] = []
+
+    def start(**kwargs) -> InProcessServer:
+        server = InProcessServer(backend, Authenticator(registry), **kwargs)
+        running.append(server)
+        return server
+
+    yield start
+    for server in running:
+        server.stop()
+
+
+def logged_in(server: InProcessServer, tenant: str = "acme", key: PrivateKey = KEY_A) -> Wire:
+    wire = Wire(server.port)
+    assert wire.login(tenant, key)[0].ok
+    return wire
+
+
+def commit_args(seq: int, blobs: dict, root: bytes = b"", database: str = "main") -> dict:
+    return {
+        "database": database,
+        "expected_seq": seq,
+        "root": root,
+        "blobs": blobs,
+        "garbage": [],
+    }
+
+
+def transport(server: InProcessServer, tenant: str = "acme", key: PrivateKey = KEY_A):
+    return RemoteTransport("127.0.0.1", server.port, tenant=tenant, login_key=key.secret)
+
+
+# -- quotas --------------------------------------------------------------------------------
+
+
+def test_a_commit_past_the_quota_gets_a_quota_answer(serve, registry):
+    registry.set_quota("acme", max_blobs=2)
+    wire = logged_in(serve())
+    two = {os.urandom(16): b"x" * 10, os.urandom(16): b"y" * 10}
+    assert wire.call("commit", commit_args(0, two, b"root")).result["ok"]
+    answer = wire.call("commit", commit_args(1, {os.urandom(16): b"z"}, b"root"))
+    assert not answer.ok
+    code, message = answer.result
+    assert code == protocol.QUOTA
+    assert message == "tenant 'acme' would exceed its quota of 2 blobs: 2 used, the write adds 1"
+    assert wire.call("get_root", {"database": "main"}).result["seq"] == 1  # nothing written
+    # The tenant's own stats say the same: usage and quota.
+    stats = wire.call("stats", {"database": "main"}).result
+    assert stats["tenant"] == {
+        "blobs": 2,
+        "bytes": 24,
+        "databases": 1,
+        "max_blobs": 2,
+        "max_bytes": None,
+    }
+    assert (stats["seq"], stats["blobs"], stats["bytes"]) == (1, 2, 20)
+    wire.close()
+
+
+def test_db_raises_quota_exceeded_and_set_quota_needs_no_restart(serve, registry, tmp_path):
+    server = serve()
+    key = KeyFile(KEY_A.secret, "acme")
+    with DB(("127.0.0.1", server.port), password=PASSWORD, key_file=key, kdf="fast") as db:
+        db.add(Employee(name="Ann", surname="A", salary=1, description="first"))
+        used = db.transport.server_stats("main")["tenant"]
+        assert used["blobs"] > 0 and used["bytes"] > used["blobs"] * 256  # padded blobs
+        registry.set_quota("acme", max_bytes=used["bytes"] + 100)  # the server re-reads it
+        seq = db.transport.get_root("main").seq
+        with pytest.raises(QuotaExceededError) as caught:
+            db.add(Employee(name="Bob", surname="B", salary=2, description="second"))
+        assert isinstance(caught.value, ZeroDBError)
+        message = str(caught.value)
+        assert f"quota of {used['bytes'] + 100} bytes: {used['bytes']} used" in message
+        assert db.transport.get_root("main").seq == seq  # nothing was committed
+        assert db.transport.server_stats("main")["tenant"]["bytes"] == used["bytes"]
+        assert [e.name for e in db[Employee].all()] == ["Ann"]
+
+        registry.set_quota("acme", max_bytes=None)  # no limit at all
+        db.add(Employee(name="Bob", surname="B", salary=2, description="second"))
+        assert sorted(e.name for e in db[Employee].all()) == ["Ann", "Bob"]
+
+
+def test_the_server_default_quota_applies_to_tenants_without_their_own(serve, registry):
+    registry.set_quota("beta", max_blobs=None)  # beta: explicitly no limit
+    server = serve(default_quota=Quota(max_blobs=1))
+    acme, beta = logged_in(server), logged_in(server, "beta", KEY_B)
+    blob = {os.urandom(16): b"x"}
+    assert acme.call("commit", commit_args(0, blob)).result["ok"]
+    refused = acme.call("commit", commit_args(1, {os.urandom(16): b"y"}))
+    assert refused.result[0] == protocol.QUOTA
+    assert beta.call("commit", commit_args(0, {os.urandom(16): b"1", os.urandom(16): b"2"})).ok
+    registry.set_quota("acme", max_blobs=5)  # its own limit now overrides the default
+    assert acme.call("commit", commit_args(1, {os.urandom(16): b"y"})).result["ok"]
+    registry.set_quota("acme", max_blobs=DEFAULT)  # back to the default
+    assert acme.call("commit", commit_args(2, {os.urandom(16): b"z"})).result[0] == "quota"
+    acme.close()
+    beta.close()
+
+
+def test_a_keyring_write_past_the_quota_raises_quota_exceeded(serve, registry):
+    registry.set_quota("acme", max_bytes=100)
+    client = transport(serve())
+    try:
+        assert client.put_keyring("main", "slot", b"k" * 100, expected=None)
+        with pytest.raises(QuotaExceededError, match="100 used, the write adds 1"):
+            client.put_keyring("main", "other", b"k", expected=None)
+        assert client.get_keyring("main", "other") is None
+    finally:
+        client.close()
+
+
+# -- commit limits -------------------------------------------------------------------------
+
+
+def test_commit_limits_are_enforced_with_clear_answers(serve):
+    server = serve(max_commit_blobs=3, max_commit_bytes=1000)
+    wire = logged_in(server)
+    four = {os.urandom(16): b"x" for _ in range(4)}
+    answer = wire.call("commit", commit_args(0, four))
+    assert answer.result == (
+        protocol.TOO_LARGE,
+        "commit of 4 blobs exceeds the limit of 3 blobs per commit",
+    )
+    over = {os.urandom(16): b"x" * 300 for _ in range(3)}  # 900 + a root of 101
+    answer = wire.call("commit", commit_args(0, over, b"r" * 101))
+    assert answer.result == (
+        protocol.TOO_LARGE,
+        "commit of 1001 bytes (blobs and root) exceeds the limit of 1000 bytes per commit",
+    )
+    assert wire.call("get_root", {"database": "main"}).result["seq"] == 0
+    assert wire.call("commit", commit_args(0, over, b"r" * 100)).result["ok"]  # exactly
+    wire.close()
+
+
+def test_the_client_raises_commit_too_large(serve, tmp_path):
+    server = serve(max_commit_blobs=2)
+    client = transport(server)
+    try:
+        with pytest.raises(CommitTooLargeError, match="limit of 2 blobs per commit"):
+            client.commit(
+                "main", expected_seq=0, root=b"", blobs={os.urandom(16): b"x" for _ in range(3)}
+            )
+        # Past what one request can carry, the client refuses without a round trip.
+        before = client.counters.round_trips
+        with pytest.raises(CommitTooLargeError, match="split the transaction"):
+            client.commit(
+                "main",
+                expected_seq=0,
+                root=b"",
+                blobs={os.urandom(16): b"" for _ in range(protocol.MAX_IDS_PER_REQUEST + 1)},
+            )
+        assert client.counters.round_trips == before
+    finally:
+        client.close()
+    key = KeyFile(KEY_A.secret, "acme")
+    with DB(("127.0.0.1", server.port), password=PASSWORD, key_file=key, kdf="fast") as db:
+        with pytest.raises(CommitTooLargeError):  # a record and its index entries: > 2 blobs
+            db.add(Employee(name="Ann", surname="A", salary=1, description="too big"))
+        assert db.transport.get_root("main").seq == 0
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_commit_blobs": 0},
+        {"max_commit_blobs": protocol.MAX_IDS_PER_REQUEST + 1},
+        {"max_commit_bytes": 0},
+        {"max_commit_bytes": protocol.MAX_FRAME_BYTES + 1},
+    ],
+)
+def test_commit_limits_must_fit_the_protocol(registry, limits):
+    with pytest.raises(ValueError, match="max_commit"):
+        BlobServer(MemoryStorage(), Authenticator(registry), **limits)
+
+
+# -- the admin commands ----------------------------------------------------------------------
+
+
+def test_size_arguments():
+    assert parse_size("1048576") == 1 << 20
+    assert parse_size("512K") == parse_size("512 KiB") == parse_size("512kb") == 512 << 10
+    assert parse_size("10G") == 10 << 30
+    assert parse_size("1TiB") == 1 << 40
+    for bad in ("", "-1", "1.5G", "10X", "ib", "1ib", "9" * 20):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"size|2\*\*53"):
+            parse_size(bad)
+
+
+def test_add_tenant_set_quota_and_list_tenants(tmp_path, capsys):
+    tenants = str(tmp_path / "tenants.json")
+    add = ["add-tenant", "acme", "--max-bytes", "10M", "--max-blobs", "1000"]
+    assert cli_main([*add, "--tenants", tenants]) == 0
+    assert cli_main(["add-tenant", "beta", "--tenants", tenants]) == 0
+    data = json.loads((tmp_path / "tenants.json").read_text())
+    assert (data["tenants"]["acme"]["max_bytes"], data["tenants"]["acme"]["max_blobs"]) == (
+        10 << 20,
+        1000,
+    )
+    assert "max_bytes" not in data["tenants"]["beta"]  # the server's default applies
+    capsys.readouterr()
+    assert cli_main(["list-tenants", "--tenants", tenants]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0] == f"server id: {data['server_id']}"
+    assert "acme  max_bytes 10485760  max_blobs 1000" in listing
+    assert "beta  max_bytes default  max_blobs default" in listing
+
+    assert cli_main(["set-quota", "acme", "--max-bytes", "unlimited", "--tenants", tenants]) == 0
+    assert capsys.readouterr().out.strip() == "tenant acme: max_bytes unlimited, max_blobs 1000"
+    assert cli_main(["set-quota", "acme", "--max-blobs", "default", "--tenants", tenants]) == 0
+    entry = json.loads((tmp_path / "tenants.json").read_text())["tenants"]["acme"]
+    assert entry["max_bytes"] is None and "max_blobs" not in entry
+    registry = TenantRegistry(tenants)
+    assert registry.quota("acme", Quota(max_bytes=5, max_blobs=7)) == Quota(None, 7)
+    assert registry.quota("beta", Quota(max_bytes=5)) == Quota(5, None)
+
+    with pytest.raises(SystemExit, match="--max-bytes and/or --max-blobs"):
+        cli_main(["set-quota", "acme", "--tenants", tenants])
+    assert cli_main(["set-quota", "nobody", "--max-blobs", "1", "--tenants", tenants]) == 1
+    assert "no tenant 'nobody'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        cli_main(["add-tenant", "gamma", "--max-bytes", "lots", "--tenants", tenants])
+    assert bad.value.code == 2
+    with pytest.raises(SystemExit) as bad:  # 'default' is for set-quota only
+        cli_main(["add-tenant", "gamma", "--max-blobs", "default", "--tenants", tenants])
+    assert bad.value.code == 2
+
+
+def test_a_malformed_quota_in_the_tenants_file_is_refused(tmp_path):
+    path = tmp_path / "tenants.json"
+    registry_with(path, acme=[KEY_A])
+    data = json.loads(path.read_text())
+    data["tenants"]["acme"]["max_bytes"] = -5
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="malformed max_bytes"):
+        TenantRegistry(path)
+
+
+def test_serve_refuses_commit_limits_outside_the_protocol(tmp_path):
+    with pytest.raises(SystemExit, match="max_commit_blobs must be between 1 and 4096"):
+        cli_main(["serve", "--tenants", str(tmp_path / "t.json"), "--max-commit-blobs", "5000"])
+
+
+def test_stats_command_on_sqlite(tmp_path, capsys):
+    path = tmp_path / "blobs.zdb"
+    url = f"sqlite:///{path}"
+    tenants = str(path) + ".tenants.json"
+    assert cli_main(["add-tenant", "acme", "--max-bytes", "1K", "--storage", url]) == 0
+    assert cli_main(["add-tenant", "idle", "--storage", url]) == 0
+    store = SQLiteStorage(path)
+    blob = os.urandom(16)
+    store.commit("acme", "main", expected_seq=0, root=b"r" * 10, blobs={blob: b"x" * 100})
+    store.commit("acme", "main", expected_seq=1, root=b"r" * 10, blobs={}, garbage=[blob])
+    store.commit("acme", "logs", expected_seq=0, root=b"", blobs={os.urandom(16): b"y" * 5})
+    store.put_keyring("acme", "main", "slot", b"k" * 20, expected=None)
+    store.commit("local", "main", expected_seq=0, root=b"", blobs={})  # not in the file
+    store.close()
+    capsys.readouterr()
+
+    assert cli_main(["stats", "--storage", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["server_id"] == json.loads(Path(tenants).read_text())["server_id"]
+    by_name = {entry["tenant"]: entry for entry in report["tenants"]}
+    assert sorted(by_name) == ["acme", "idle", "local"]
+    acme = by_name["acme"]
+    assert (acme["blobs"], acme["bytes"], acme["max_bytes"], acme["max_blobs"]) == (
+        2,
+        100 + 10 + 5 + 20,
+        1024,
+        "default",
+    )
+    assert acme["databases"] == [
+        {"database": "logs", "seq": 1, "blobs": 1, "bytes": 5, "garbage": 0},
+        {"database": "main", "seq": 2, "blobs": 1, "bytes": 100, "garbage": 1},
+    ]
+    assert (by_name["idle"]["blobs"], by_name["idle"]["databases"]) == (0, [])
+    assert not by_name["local"]["registered"] and by_name["acme"]["registered"]
+
+    assert cli_main(["stats", "--storage", url]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == f"server id: {report['server_id']}"
+    assert table[1].split() == [
+        "tenant",
+        "database",
+        "seq",
+        "blobs",
+        "bytes",
+        "garbage",
+        "max_blobs",
+        "max_bytes",
+    ]
+    assert table[2].split() == ["acme", "(2", "databases)", "2", "135", "default", "1024"]
+    assert table[3].split() == ["acme", "logs", "1", "1", "5", "0"]
+    with pytest.raises(SystemExit, match="no store at"):
+        cli_main(["stats", "--storage", f"sqlite:///{tmp_path}/missing.zdb"])

@@ -1,0 +1,65 @@
+"""What a database holds, from its root alone: no record or node is read.
+
+The root record names every tree with its height and entry count (the trees are counted
+B+trees), and keeps the statistics of every text index, so a status costs one root read
+(none when the latest root is known to be current).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from zerodb_core.btree import EMPTY_TREE
+from zerodb_core.rootstate import RootState
+from zerodb_core.schema import TEXT
+
+if TYPE_CHECKING:
+    from zerodb_core.db import DB
+
+
+def describe_root(state: RootState) -> dict[str, Any]:
+    """Models, record counts, indexes (kind, fields, entries, height) and text index
+    statistics of a root, as plain data (JSON-ready)."""
+    models: dict[str, Any] = {}
+    owned: set[str] = set()
+    for name, spec in sorted(state.catalog.models.items()):
+        records = state.refs.get(spec.record_tree, EMPTY_TREE)
+        owned.add(spec.record_tree)
+        indexes: dict[str, Any] = {}
+        for index_name, index in sorted(spec.indexes.items()):
+            tree = spec.index_tree(index)
+            owned.add(tree)
+            ref = state.refs.get(tree, EMPTY_TREE)
+            entry: dict[str, Any] = {
+                "kind": index.kind,
+                "fields": list(index.fields),
+                "entries": ref.count,
+                "height": ref.height,
+            }
+            if index.kind == TEXT:
+                docs, tokens = state.text_stats.get(tree, (0, 0))
+                entry["documents"] = docs
+                entry["tokens"] = tokens
+                entry["average_length"] = round(tokens / docs, 2) if docs else 0.0
+            indexes[index_name] = entry
+        models[name] = {"records": records.count, "height": records.height, "indexes": indexes}
+    return {
+        "seq": state.seq,
+        "committed_at": state.time or None,
+        "models": models,
+        "unowned_trees": sorted(name for name in state.refs if name not in owned),
+    }
+
+
+def database_status(db: DB) -> dict[str, Any]:
+    """:func:`describe_root` of the current root, with the database's name, tenant,
+    key epochs, and the engine's counters (round trips, bytes, cache)."""
+    state = db.read_root()
+    return {
+        "database": db.database,
+        "tenant": getattr(db.transport, "tenant", None),
+        "key_epochs": list(db.keys.epochs),
+        "current_epoch": db.keys.current_epoch,
+        **describe_root(state),
+        "engine": db.stats(),
+    }

@@ -1,0 +1,407 @@
+"""End-to-end verification of a database: the engine's ``fsck``.
+
+:func:`verify` reads the current root and every blob it reaches **from the store** (not
+from the cache of decrypted blobs, which would hide a blob changed since it was cached),
+decrypts and authenticates each one, and checks:
+
+* **trees**: every node is of the kind its depth requires (inner above, leaves at the
+  height the root names), keys are strictly ascending and inside the range the parent
+  gives the node, the entry count of every node equals the count its parent keeps for it
+  (the counted B+tree), the root's entry count matches, and no node belongs to two places;
+* **records**: every record decodes (spilled records too) and sits under the key of its
+  own primary key;
+* **indexes**: every record has each entry its model's indexes (the catalog's) should
+  hold, every entry points to an existing record whose value gives that entry, a unique
+  index holds no value twice, and the statistics of a text index (documents, tokens)
+  match its postings;
+* **catalog**: every tree the root names belongs to a model of the catalog.
+
+Nothing is written. Problems are collected, not raised, so one run lists them all; an
+error reaching the store (``StoreUnavailableError``) still raises. Memory: the records of
+one model and the entries of one of its indexes at a time.
+
+    report = verify(db)
+    if not report.ok:
+        for problem in report.problems:
+            print(problem)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any
+
+from zerodb_core.blobsource import BlobSource
+from zerodb_core.btree import EMPTY_TREE, BlobRequest, TreeRef
+from zerodb_core.cache import BlobCache
+from zerodb_core.crypto import BlobKind, digest
+from zerodb_core.encoding import encode_key
+from zerodb_core.exceptions import IntegrityError, QueryError
+from zerodb_core.records import INLINE, SPILLED, decode_record, index_entries, text_entries
+from zerodb_core.rootstate import EMPTY_STATE, RootState, parse_payload, root_blob_id
+from zerodb_core.schema import TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.serialization import unpack
+
+if TYPE_CHECKING:
+    from zerodb_core.db import DB
+
+# Blobs fetched per request while verifying (one round trip each).
+VERIFY_BATCH = 256
+
+# ``progress(advance, total)``: called with ``(0, total)`` once the root is read (total =
+# entries of every tree to check), then with ``(entries checked since, 0)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One inconsistency: where (``root``, a tree, an index) and what is wrong."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What :func:`verify` checked and every problem it found."""
+
+    database: str
+    seq: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    blobs: int = 0  # blobs fetched, decrypted and authenticated (the root included)
+    trees: int = 0
+    records: int = 0
+    index_entries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "database": self.database,
+            "seq": self.seq,
+            "ok": self.ok,
+            "blobs": self.blobs,
+            "trees": self.trees,
+            "records": self.records,
+            "index_entries": self.index_entries,
+            "problems": [{"where": p.where, "message": p.message} for p in self.problems],
+        }
+
+
+def verify(
+    db: DB,
+    *,
+    models: Iterable[str] | None = None,
+    progress: Progress | None = None,
+    batch: int = VERIFY_BATCH,
+) -> VerifyReport:
+    """Verify the current root of ``db`` and everything it reaches (see the module doc).
+
+    ``models`` limits the check to these catalog names (then trees of no model are not
+    looked for). The root is checked for freshness like any root this ``DB`` reads.
+    """
+    report = VerifyReport(db.database)
+    source = BlobSource(db.transport, db.database, db.sealer, BlobCache(0))
+    state = _read_root(db, report)
+    if state is None:
+        return report
+    checker = _Checker(source, state, report, progress, batch)
+    checker.run(None if models is None else list(models))
+    return report
+
+
+def _read_root(db: DB, report: VerifyReport) -> RootState | None:
+    """Fetch, decrypt and parse the current root (bypassing the DB's latest root)."""
+    record = db.transport.get_root(db.database)
+    report.seq = record.seq
+    if record.seq == 0:
+        if record.data:
+            report.problems.append(Problem("root", "root record with seq 0 is not empty"))
+            return None
+        db.freshness.check(db.database, 0, None, None)
+        return EMPTY_STATE
+    root_digest = digest(record.data)
+    try:
+        plaintext = db.sealer.open(BlobKind.ROOT, root_blob_id(record.seq), record.data)
+        state, prev = parse_payload(unpack(plaintext), record.seq, root_digest)
+    except IntegrityError as exc:
+        report.problems.append(Problem("root", str(exc)))
+        return None
+    report.blobs += 1
+    db.freshness.check(db.database, record.seq, root_digest, prev)
+    return state
+
+
+class _Checker:
+    def __init__(
+        self,
+        source: BlobSource,
+        state: RootState,
+        report: VerifyReport,
+        progress: Progress | None,
+        batch: int,
+    ) -> None:
+        self.source = source
+        self.state = state
+        self.report = report
+        self.progress = progress
+        self.batch = max(1, batch)
+        self.seen: set[bytes] = set()
+
+    def problem(self, where: str, message: str) -> None:
+        self.report.problems.append(Problem(where, message))
+
+    # -- the whole database ------------------------------------------------------------
+
+    def run(self, models: list[str] | None) -> None:
+        catalog = self.state.catalog
+        refs = self.state.refs
+        if models is None:
+            specs = list(catalog.models.values())
+            owned = {s.record_tree for s in specs}
+            owned.update(s.index_tree(i) for s in specs for i in s.indexes.values())
+            orphans = sorted(name for name in refs if name not in owned)
+        else:
+            specs = []
+            for name in models:
+                spec = catalog.get(name)
+                if spec is None:
+                    self.problem(name, "no such model in the catalog")
+                else:
+                    specs.append(spec)
+            orphans = []
+        if self.progress is not None:
+            total = sum(refs.get(s.record_tree, EMPTY_TREE).count for s in specs)
+            total += sum(
+                refs.get(s.index_tree(i), EMPTY_TREE).count
+                for s in specs
+                for i in s.indexes.values()
+            )
+            total += sum(refs[name].count for name in orphans)
+            self.progress(0, total)
+        for spec in specs:
+            self.check_model(spec)
+        for name in orphans:
+            self.problem(name, "the root names this tree but no model of the catalog owns it")
+            self.walk(name, refs[name])
+
+    def check_model(self, spec: ModelSpec) -> None:
+        rows = self.records(spec)
+        for index in spec.indexes.values():
+            self.check_index(spec, index, rows)
+
+    # -- records -----------------------------------------------------------------------
+
+    def records(self, spec: ModelSpec) -> dict[bytes, tuple[Any, dict]]:
+        """Decode every record of a model: ``{key: (pk, fields)}``."""
+        where = spec.record_tree
+        rows: dict[bytes, tuple[Any, dict]] = {}
+        spilled: list[tuple[bytes, bytes]] = []
+        for key, value in self.walk(where, self.state.refs.get(where, EMPTY_TREE)):
+            if value[:1] == INLINE:
+                self.record(where, key, value[1:], rows)
+            elif value[:1] == SPILLED and len(value) == 17:
+                spilled.append((key, value[1:]))
+            else:
+                self.problem(where, f"malformed record reference under key {key.hex()}")
+        for start in range(0, len(spilled), self.batch):
+            chunk = spilled[start : start + self.batch]
+            blobs = self.fetch(where, [(blob_id, BlobKind.RECORD) for _, blob_id in chunk])
+            for key, blob_id in chunk:
+                if blob_id in self.seen:
+                    self.problem(where, f"record blob {blob_id.hex()} is referenced twice")
+                self.seen.add(blob_id)
+                blob = blobs.get((blob_id, BlobKind.RECORD))
+                if blob is not None:
+                    self.record(where, key, blob.data, rows)
+        self.report.records += len(rows)
+        return rows
+
+    def record(self, where: str, key: bytes, data: bytes, rows: dict) -> None:
+        try:
+            pk, fields = decode_record(data)
+            own_key = encode_key(pk)
+        except (IntegrityError, QueryError) as exc:
+            self.problem(where, f"record under key {key.hex()} does not decode: {exc}")
+            return
+        if own_key != key:
+            self.problem(where, f"record {pk!r} is stored under the key of another primary key")
+            return
+        rows[key] = (pk, fields)
+
+    # -- indexes -----------------------------------------------------------------------
+
+    def check_index(
+        self, spec: ModelSpec, index: IndexSpec, rows: dict[bytes, tuple[Any, dict]]
+    ) -> None:
+        tree = spec.index_tree(index)
+        where = f"index {spec.name}.{index.name}"
+        actual = dict(self.walk(tree, self.state.refs.get(tree, EMPTY_TREE)))
+        self.report.index_entries += len(actual)
+        expected: dict[bytes, bytes] = {}
+        owner: dict[bytes, Any] = {}
+        docs = tokens = 0
+        for pk_key, (pk, fields) in rows.items():
+            try:
+                if index.kind == TEXT:
+                    entries, length = text_entries(index, pk, pk_key, fields)
+                    docs += isinstance(fields.get(index.fields[0]), str)
+                    tokens += length
+                else:
+                    entries = index_entries(index, pk, pk_key, fields)
+            except QueryError as exc:
+                self.problem(where, f"record {pk!r} has a value no index can hold: {exc}")
+                continue
+            for key, value in entries.items():
+                if key in expected:
+                    kind = "a unique index" if index.kind == UNIQUE else "the index"
+                    self.problem(
+                        where,
+                        f"records {owner[key]!r} and {pk!r} have the same value, which "
+                        f"{kind} holds only once (duplicate)",
+                    )
+                    continue
+                expected[key] = value
+                owner[key] = pk
+        for key, value in expected.items():
+            found = actual.get(key)
+            if found is None:
+                self.problem(where, f"record {owner[key]!r} has no entry in the index")
+            elif found != value:
+                self.problem(where, f"the entry of record {owner[key]!r} has a wrong value")
+        for key in actual.keys() - expected.keys():
+            pk = _entry_pk(index, actual[key])
+            try:
+                exists = pk is not _UNREADABLE and encode_key(pk) in rows
+            except QueryError:
+                exists = False
+            if pk is _UNREADABLE:
+                self.problem(where, f"entry {key.hex()} does not decode")
+            elif exists:
+                self.problem(
+                    where, f"an entry points to record {pk!r} but does not match its value"
+                )
+            else:
+                self.problem(where, f"an entry points to record {pk!r}, which does not exist")
+        if index.kind == TEXT:
+            stats = self.state.text_stats.get(tree, (0, 0))
+            if stats != (docs, tokens):
+                self.problem(
+                    where,
+                    f"text statistics say {stats[0]} documents and {stats[1]} tokens; the "
+                    f"records give {docs} and {tokens}",
+                )
+
+    # -- trees -------------------------------------------------------------------------
+
+    def walk(self, name: str, ref: TreeRef) -> list[tuple[bytes, bytes]]:
+        """Fetch every node of a tree level by level, check its shape, and return the
+        leaf entries in key order (of the parts that could be read)."""
+        self.report.trees += 1
+        entries: list[tuple[bytes, bytes]] = []
+        if ref.root is None:
+            if ref.height or ref.count:
+                self.problem(name, "an empty tree has a height or a count")
+            return entries
+        # (node id, lower bound or None, upper bound or None, count the parent keeps)
+        level: list[tuple[bytes, bytes | None, bytes | None, int]] = [
+            (ref.root, None, None, ref.count)
+        ]
+        for depth in range(ref.height):
+            leaves = depth == ref.height - 1
+            deeper: list[tuple[bytes, bytes | None, bytes | None, int]] = []
+            for start in range(0, len(level), self.batch):
+                chunk = level[start : start + self.batch]
+                fresh = [item for item in chunk if self.visit(name, item[0])]
+                nodes = self.fetch(name, [node_id for node_id, *_ in fresh])
+                advance = 0
+                for node_id, lo, hi, expected in fresh:
+                    node = nodes.get(node_id)
+                    if node is None:
+                        continue
+                    where = f"{name} node {node_id.hex()}"
+                    if node.is_leaf != leaves:
+                        kind = "a leaf" if node.is_leaf else "an inner node"
+                        self.problem(
+                            where, f"{kind} at depth {depth} of a tree of height {ref.height}"
+                        )
+                        continue
+                    keys = node.keys
+                    separators = keys if leaves else keys[1:]
+                    if any(a >= b for a, b in pairwise(separators)):
+                        self.problem(where, "keys are not in strictly ascending order")
+                    if separators and (
+                        (lo is not None and separators[0] < lo)
+                        or (hi is not None and separators[-1] >= hi)
+                    ):
+                        self.problem(where, "keys lie outside the range its parent gives it")
+                    count = len(keys) if leaves else sum(node.counts)
+                    if count != expected:
+                        self.problem(
+                            where, f"holds {count} entries but its parent counts {expected}"
+                        )
+                    if leaves:
+                        entries.extend(zip(keys, node.values))
+                        advance += len(keys)
+                        continue
+                    n = len(node.children)
+                    for i, child in enumerate(node.children):
+                        deeper.append(
+                            (
+                                child,
+                                keys[i] if i else lo,
+                                keys[i + 1] if i + 1 < n else hi,
+                                node.counts[i],
+                            )
+                        )
+                if advance and self.progress is not None:
+                    self.progress(advance, 0)
+            level = deeper
+        return entries
+
+    def visit(self, name: str, node_id: bytes) -> bool:
+        if node_id in self.seen:
+            self.problem(name, f"node {node_id.hex()} is reached twice")
+            return False
+        self.seen.add(node_id)
+        return True
+
+    def fetch(self, where: str, requests: list[BlobRequest]) -> dict[BlobRequest, Any]:
+        """Fetch and decrypt blobs; a batch that fails is retried blob by blob, so every
+        blob that fails authentication (or is missing) is reported."""
+        if not requests:
+            return {}
+        try:
+            found = self.source.fetch(requests)
+        except IntegrityError:
+            found = {}
+            for request in requests:
+                try:
+                    found.update(self.source.fetch([request]))
+                except IntegrityError as exc:
+                    self.problem(where, str(exc))
+        self.report.blobs += len(found)
+        return found
+
+
+_UNREADABLE = object()
+
+
+def _entry_pk(index: IndexSpec, value: bytes) -> Any:
+    """The primary key an index entry's value names (or ``_UNREADABLE``)."""
+    try:
+        decoded = unpack(value)
+    except IntegrityError:
+        return _UNREADABLE
+    if index.kind == TEXT:
+        if not (isinstance(decoded, list) and decoded):
+            return _UNREADABLE
+        return decoded[0]
+    return decoded
