@@ -6,12 +6,15 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 SOURCES   := $(wildcard zerodb_core blob_server django_zerodb example_project tests bench)
 
-.PHONY: demo test lint format bench fuzz clean help
+.PHONY: demo demo-native test lint format bench conformance fuzz clean help
 
 help:
-	@echo "make demo   install and run the demo on the embedded store"
+	@echo "make demo   install and run the example HR site (Django admin, encrypted store)"
+	@echo "make demo-native  the engine's native-API demo (no Django)"
 	@echo "make test   install and run the whole test suite (lint included)"
 	@echo "make bench  run the benchmarks (slow; results in bench/results/)"
+	@echo "make conformance  run Django's own tests against django_zerodb (docs/conformance.md;"
+	@echo "            CONFORMANCE_BASELINE=1 reruns SQLite, CONFORMANCE_APPS=\"basic lookup\" a subset)"
 	@echo "make fuzz   fuzz the blob server for a long time (ZERODB_FUZZ_EXAMPLES=200000)"
 	@echo "make format apply ruff format and autofixes"
 
@@ -22,12 +25,16 @@ $(PY):
 
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,example]'
 	@touch $(STAMP)
 
 install: $(STAMP)
 
+# The example HR site (example_project/): migrate, seed once, run on 127.0.0.1:8000.
 demo: $(STAMP)
+	$(PY) example_project/demo.py
+
+demo-native: $(STAMP)
 	$(PY) -m zerodb_core.demo
 
 lint: $(STAMP)
@@ -44,6 +51,18 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(PY) -m bench.native_load
 	$(PY) -m bench.server_vs_redis
+	$(PY) -m bench.django_side_by_side
+
+# Django's own test suite as an outside judge (docs/conformance.md). The SQLite baseline
+# runs only when its results are missing or with CONFORMANCE_BASELINE=1.
+CONFORMANCE_APPS_ARG = $(if $(CONFORMANCE_APPS),--apps "$(CONFORMANCE_APPS)")
+
+conformance: $(STAMP)
+	@if [ "$(CONFORMANCE_BASELINE)" = 1 ] || [ ! -f bench/results/conformance-sqlite.json ]; then \
+		echo "SQLite baseline: $(PY) -m bench.conformance --backend sqlite --no-doc"; \
+		$(PY) -m bench.conformance --backend sqlite --no-doc $(CONFORMANCE_APPS_ARG) || exit 1; \
+	fi
+	$(PY) -m bench.conformance --backend zerodb $(CONFORMANCE_APPS_ARG)
 
 fuzz: $(STAMP)
 	ZERODB_FUZZ_EXAMPLES=$${ZERODB_FUZZ_EXAMPLES:-200000} $(PY) -m pytest tests/server/test_fuzz.py -q -m slow

@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import FieldError
 from django.db.models.expressions import DatabaseDefault
 from django.db.models.sql import compiler
 from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
+from django.db.transaction import TransactionManagementError
 
 from django_zerodb.evaluate import Evaluator
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
@@ -61,6 +63,10 @@ class SQLCompiler(compiler.SQLCompiler):
         result_type = result_type or NO_RESULTS
         if result_type == CURSOR:
             raise NotSupportedError("the encrypted database has no cursors; iterate the QuerySet")
+        if self.query.select_for_update and self.connection.get_autocommit():
+            raise TransactionManagementError(  # as Django's SQL compiler says it
+                "select_for_update cannot be used outside of a transaction."
+            )
         select = self.select_query()
         if select.trivially_empty():
             rows = []
@@ -215,7 +221,9 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
             if hasattr(val, "resolve_expression"):
                 val = val.resolve_expression(self.query, allow_joins=False, for_save=True)
                 if val.contains_aggregate:
-                    raise NotSupportedError("aggregates are not allowed in update()")
+                    raise FieldError(  # as Django says it on every backend
+                        f"Aggregate functions are not allowed in this query ({field.name}={val!r})."
+                    )
             elif hasattr(val, "prepare_database_save"):
                 if field.remote_field:
                     val = val.prepare_database_save(field)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import random
 import re
 from collections.abc import Callable
@@ -44,7 +45,10 @@ def compare(a: Any, b: Any) -> int:
             return 0
         return -1 if a < b else 1
     except TypeError:
-        ka, kb = encode_key(a), encode_key(b)
+        try:
+            ka, kb = encode_key(a), encode_key(b)
+        except QueryError:  # values with no key order (JSON lists, dicts): by type, text
+            ka, kb = (type(a).__name__, repr(a)), (type(b).__name__, repr(b))
         return (ka > kb) - (ka < kb)
 
 
@@ -146,6 +150,8 @@ class Evaluator:
         self.decorrelate = decorrelate
         self._rhs: dict[int, Any] = {}
         self._exists: dict[int, tuple[list, set]] = {}
+        # ``extra(select=...)`` columns Django itself adds (see query._extra_columns).
+        self.raw_columns: dict[str, tuple[str, str]] = {}
 
     # -- conditions ------------------------------------------------------------------------
 
@@ -173,6 +179,8 @@ class Evaluator:
     def lookup_truth(self, lookup: Any, row: Row) -> bool | None:
         lhs = self.value(lookup.lhs, row)
         rhs = self.rhs(lookup, row)
+        if _is_json(lookup.lhs):
+            return _json_lookup(lookup, lhs, rhs)
         return lookup_test(lookup.lookup_name, lhs, rhs)
 
     def rhs(self, lookup: Any, row: Row) -> Any:
@@ -211,6 +219,8 @@ class Evaluator:
         """A direct value as the lhs field stores it (dates, decimals, naive UTC...)."""
         if value is None or lookup.lookup_name in _PATTERN_LOOKUPS:
             return value
+        if _is_json(lookup.lhs):
+            return value  # compared as Python values (see _json_lookup)
         if not getattr(lookup, "prepare_rhs", True) and not _is_field_lookup(lookup):
             return value
         field = getattr(lookup.lhs, "output_field", None)
@@ -238,6 +248,133 @@ class Evaluator:
                 "database; compute it in Python on the fetched objects instead"
             )
         return handler(self, expr, row)
+
+
+# -- JSONField ----------------------------------------------------------------------------
+# JSON is stored as its text. Key transforms parse it and walk keys in Python; lookups on
+# JSON compare Python values (so key order and spacing never matter).
+
+_MISSING = object()
+
+
+def _is_json(expr: Any) -> bool:
+    field = getattr(expr, "_output_field_or_none", None)
+    return field is not None and field.get_internal_type() == "JSONField"
+
+
+def _parsed(value: Any) -> Any:
+    """The Python value of a stored JSON text (a key transform's value is already one)."""
+    if isinstance(value, _Parsed):
+        return value.value
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return _MISSING
+    return value
+
+
+def exported(value: Any) -> Any:
+    """A value as a query returns it: a JSON key's value is handed to JSONField's
+    ``from_db_value`` (strings as JSON text, as SQLite returns them)."""
+    if isinstance(value, _Parsed):
+        inner = value.value
+        if inner is _MISSING or inner is None:
+            return None
+        return json.dumps(inner) if isinstance(inner, str) else inner
+    return value
+
+
+def sortable(value: Any) -> Any:
+    if isinstance(value, _Parsed):
+        return None if value.value is _MISSING else value.value
+    return value
+
+
+class _Parsed:
+    """A value extracted from JSON by a key transform (not JSON text any more)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _key_transform(ev: Evaluator, expr: Any, row: Row) -> Any:
+    document = _parsed(ev.value(expr.lhs, row))
+    key = expr.key_name
+    if isinstance(document, dict):
+        found = document.get(key, _MISSING)
+    elif isinstance(document, list):
+        try:
+            index = int(key)
+            found = document[index] if -len(document) <= index < len(document) else _MISSING
+        except ValueError:
+            found = _MISSING
+    else:
+        found = _MISSING
+    if type(expr).__name__ == "KeyTextTransform":
+        if found is _MISSING or found is None:
+            return None
+        return json.dumps(found) if isinstance(found, dict | list) else found
+    return _Parsed(found)
+
+
+def _json_lookup(lookup: Any, lhs: Any, rhs: Any) -> bool | None:
+    """A lookup whose left side is JSON (a column or a key of one)."""
+    name = lookup.lookup_name
+    value = _parsed(lhs)
+    keyed = isinstance(lhs, _Parsed)
+    if name == "isnull":
+        absent = value is _MISSING or (not keyed and lhs is None)
+        return absent == bool(rhs)
+    if value is _MISSING or (lhs is None and not keyed):
+        return None
+    if name in ("has_key", "has_keys", "has_any_keys"):
+        keys = [rhs] if name == "has_key" else list(rhs)
+        found = [_has_key(value, str(k)) for k in keys]
+        return any(found) if name == "has_any_keys" else all(found)
+    if name in ("exact", "iexact"):
+        target = _json_rhs(rhs)
+        if name == "iexact" and isinstance(value, str) and isinstance(target, str):
+            return value.lower() == target.lower()
+        return _json_equal(value, target)
+    if name == "in":
+        return any(_json_equal(value, _json_rhs(v)) for v in rhs)
+    if name in _PATTERN_LOOKUPS:
+        if value is None:
+            return None
+        text = value if isinstance(value, str) else json.dumps(value)
+        return lookup_test(name, text, rhs)
+    if value is None:
+        return None
+    return lookup_test(name, value, _json_rhs(rhs))
+
+
+def _json_rhs(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def _has_key(value: Any, key: str) -> bool:
+    if isinstance(value, dict):
+        return key in value
+    if isinstance(value, list):
+        try:
+            return -len(value) <= int(key) < len(value)
+        except ValueError:
+            return False
+    return False
 
 
 def _xor3(values: list) -> bool | None:
@@ -286,6 +423,30 @@ def _col(ev: Evaluator, expr: Any, row: Row) -> Any:
     if record is None:
         return None
     return record.get(expr.target.column)
+
+
+def _col_pairs(ev: Evaluator, expr: Any, row: Row) -> Any:
+    """A row value ``(a, b, ...)`` (tuple lookups); NULL if any part is NULL."""
+    values = tuple(_col(ev, col, row) for col in expr.get_cols())
+    return None if None in values else values
+
+
+def _raw_sql(ev: Evaluator, expr: Any, row: Row) -> Any:
+    ref = ev.raw_columns.get(expr.sql)
+    if ref is None or expr.params:
+        raise NotSupportedError(
+            "raw SQL (RawSQL, QuerySet.extra()) is not supported by the encrypted database: "
+            "use annotate()/filter() with F() and expressions instead"
+        )
+    record = row.get(ref[0])
+    return None if record is None else record.get(ref[1])
+
+
+def _extra_where(ev: Evaluator, expr: Any, row: Row) -> Any:
+    raise NotSupportedError(
+        "QuerySet.extra(where=...) is not supported by the encrypted database: use "
+        "filter() with Q objects and expressions instead"
+    )
 
 
 def _ref(ev: Evaluator, expr: Any, row: Row) -> Any:
@@ -609,15 +770,24 @@ def hashable(value: Any) -> Any:
 
 
 _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
+    "ExpressionList": lambda ev, e, row: tuple(
+        ev.value(x, row) for x in e.get_source_expressions()
+    ),
+    "KeyTransform": _key_transform,
     "Random": lambda ev, e, row: random.random(),
     "Exists": _exists,
     "Col": _col,
+    "ColPairs": _col_pairs,
+    "RawSQL": _raw_sql,
+    "ExtraWhere": _extra_where,
     "Ref": _ref,
     "Value": _value,
     "CombinedExpression": _combined,
     "DurationExpression": _combined,
     "TemporalSubtraction": _combined,
     "ExpressionWrapper": lambda ev, e, row: ev.value(e.expression, row),
+    # ~Exists(...), ~F("flag"): a subclass of ExpressionWrapper, so named before it.
+    "NegatedExpression": lambda ev, e, row: not3(ev.truth(e.expression, row)),
     "Aggregate": _aggregate,
     "AggregateFilter": lambda ev, e, row: ev.truth(e.condition, row),
     "Coalesce": _coalesce,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import django.db.utils as django_errors
+
 import zerodb_core.exceptions as core
 
 
@@ -46,8 +48,11 @@ class ProgrammingError(DatabaseError):
     pass
 
 
-class NotSupportedError(DatabaseError):
-    """Something the encrypted store cannot do; the message names the alternative."""
+class NotSupportedError(DatabaseError, django_errors.NotSupportedError):
+    """Something the encrypted store cannot do; the message names the alternative.
+
+    Also a ``django.db.NotSupportedError`` itself: refusals raised outside a query (the
+    schema editor, introspection, query setup) reach user code as Django's class too."""
 
 
 class SerializationError(OperationalError):

@@ -70,6 +70,15 @@ class DatabaseOperations(BaseDatabaseOperations):
     def adapt_ipaddressfield_value(self, value: Any) -> Any:
         return value or None
 
+    def integer_field_range(self, internal_type: str) -> tuple[int, int]:
+        # Integers are stored whole, whatever the field type: as on SQLite, every field
+        # holds 64 bits. Django's lookups treat a value outside this range as matching
+        # nothing, so the base class's 32-bit IntegerField range would hide stored values
+        # (filter(n=2**40) found no row that has n = 2**40).
+        if internal_type.startswith("Positive"):
+            return (0, 2**63 - 1)
+        return (-(2**63), 2**63 - 1)
+
     # -- converters (stored value -> Python value) -------------------------------------------
 
     def get_db_converters(self, expression: Any) -> list:

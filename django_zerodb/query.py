@@ -15,6 +15,7 @@ grouping, DISTINCT, ordering by expressions) runs in Python on the matching rows
 from __future__ import annotations
 
 import functools
+import re
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -24,7 +25,15 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
-from django_zerodb.evaluate import AGGREGATES, ANNOTATIONS, Evaluator, _Order, hashable
+from django_zerodb.evaluate import (
+    AGGREGATES,
+    ANNOTATIONS,
+    Evaluator,
+    _Order,
+    exported,
+    hashable,
+    sortable,
+)
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.translate import (
     Never,
@@ -98,11 +107,14 @@ class SelectQuery:
         if isinstance(c, SQLUpdateCompiler):
             self.where, self.having, self.order_by = self.query.where, None, []
             return
-        if self.query.extra or self.query.extra_tables:
+        columns = _extra_columns(self.query)
+        if columns is None or self.query.extra_tables or self.query.extra_order_by:
             raise NotSupportedError(
                 "QuerySet.extra() is not supported by the encrypted database: use "
                 "annotate() with expressions, or filter in Python"
             )
+        self.ev.raw_columns = columns
+        _refuse_unsupported(self.query)
         if getattr(c, "_zerodb_setup", None) is None:
             _, order_by, _ = c.pre_sql_setup()
             c._zerodb_setup = (c.where, c.having, order_by)
@@ -427,7 +439,7 @@ class SelectQuery:
     def _sorted(self, rows: list[dict]) -> list[dict]:
         for order in reversed(self.order_by):
             expr = order.expression
-            values = [self.ev.value(expr, r) for r in rows]
+            values = [sortable(self.ev.value(expr, r)) for r in rows]
             nulls_first = (
                 True if order.nulls_first else False if order.nulls_last else not order.descending
             )
@@ -444,7 +456,7 @@ class SelectQuery:
         return rows
 
     def _project(self, row: dict) -> list[Any]:
-        return [self.ev.value(expr, row) for expr, _, _ in self.compiler.select]
+        return [exported(self.ev.value(expr, row)) for expr, _, _ in self.compiler.select]
 
     # -- AggregateQuery --------------------------------------------------------------------
 
@@ -568,6 +580,54 @@ def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
     except Exception:  # FullResultSet and the rest: not provably empty
         return False
     return False
+
+
+def _refuse_unsupported(query: Any) -> None:
+    """Refuse what Django's SQL compiler would have turned into SQL the store lacks, rather
+    than answer something else."""
+    if query.combinator:
+        raise NotSupportedError(
+            f"{query.combinator}() is not supported by the encrypted database: combine the "
+            "conditions with Q objects (|, &, ~) in one filter(), or combine the results in "
+            "Python"
+        )
+    if any(getattr(e, "contains_over_clause", False) for e in query.annotations.values()):
+        raise NotSupportedError(
+            "window expressions (Window, OVER) are not supported by the encrypted database: "
+            "compute ranks and running totals in Python on the fetched rows"
+        )
+    if query.distinct_fields:
+        raise NotSupportedError(
+            "distinct(*fields) (DISTINCT ON) is not supported by the encrypted database: use "
+            "values(...).distinct(), or pick the rows in Python"
+        )
+    if query.select_for_update and (
+        query.select_for_update_nowait
+        or query.select_for_update_skip_locked
+        or query.select_for_update_of
+        or query.select_for_no_key_update
+    ):
+        raise NotSupportedError(
+            "select_for_update(nowait/skip_locked/of/no_key) is not supported by the encrypted "
+            "database: use select_for_update(); a concurrent change of the rows makes the "
+            "commit fail with OperationalError, to be retried"
+        )
+
+
+_QUALIFIED_COLUMN = re.compile(r'"(\w+)"\."(\w+)"')
+
+
+def _extra_columns(query: Any) -> dict[str, tuple[str, str]] | None:
+    """The ``extra(select=...)`` entries as ``sql -> (alias, column)``, when each is a
+    plain ``"table"."column"`` reference (Django's own use: prefetching a many-to-many
+    relation selects the through table's column this way); None for anything else."""
+    columns = {}
+    for sql, params in query.extra.values():
+        match = _QUALIFIED_COLUMN.fullmatch(str(sql).strip())
+        if match is None or params or match.group(1) not in query.alias_map:
+            return None
+        columns[sql] = (match.group(1), match.group(2))
+    return columns
 
 
 def _base_alias(query: Any) -> str:

@@ -109,7 +109,7 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
 
     def _apply(self, *ops: WriteOp) -> None:
         session = self.connection.session
-        with translated(), session.writing() as txn:
+        with self.connection.wrap_database_errors, translated(), session.writing() as txn:
             for op in ops:
                 txn.apply(op)
 
@@ -168,7 +168,8 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
             ]
         else:
             ops = []
-        self._apply(*ops, EnsureModel(model_spec(model)))
+        # AddField passes the model before the change; the field's model has it.
+        self._apply(*ops, EnsureModel(model_spec(getattr(field, "model", None) or model)))
 
     def remove_field(self, model, field) -> None:
         if field.many_to_many:
@@ -217,7 +218,9 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
                         f"filling {new_column}",
                     )
                 )
-        ops.append(EnsureModel(model_spec(model)))
+        # AlterField and RenameField pass the model before the change; the new field's
+        # model is the one after it.
+        ops.append(EnsureModel(model_spec(getattr(new_field, "model", None) or model)))
         self._apply(*ops)
 
     def _indexes_on(self, table: str, column: str) -> list:

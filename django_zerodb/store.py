@@ -62,6 +62,7 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
             "the django_zerodb database needs a passphrase: OPTIONS['PASSPHRASE'] "
             "(for example from an environment variable) or PASSWORD"
         )
+    parse_store(store)  # a malformed STORE is a configuration error, found at startup
     name = settings_dict.get("NAME") or "main"
     freshness = options.get("FRESHNESS") or ("file" if options.get("FRESHNESS_PATH") else "default")
     if freshness not in ("default", "file", "memory"):

@@ -171,11 +171,18 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
     direct = not (hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"))
     if isinstance(rhs, list | tuple):
         direct = direct and not any(hasattr(v, "resolve_expression") for v in rhs)
-    if type(lhs).__name__ != "Col" or not direct or type(rhs).__name__ == "Query":
+    # A one-column tuple lookup (Django prefetches by a foreign key with TupleIn).
+    pair = type(lhs).__name__ == "ColPairs" and len(lhs) == 1
+    pair = pair and lookup.lookup_name in ("in", "exact")
+    if (type(lhs).__name__ != "Col" and not pair) or not direct or type(rhs).__name__ == "Query":
         return _row(lookup, alias, negated, ev)
-    column = lhs.target.column
+    if not pair and lhs.target.get_internal_type() == "JSONField":
+        return _row(lookup, alias, negated, ev)  # compared as parsed JSON (evaluate.py)
+    column = lhs.targets[0].column if pair else lhs.target.column
     name = lookup.lookup_name
     value = ev.rhs(lookup, {})
+    if pair:
+        value = [v[0] for v in value] if name == "in" else value[0]
     try:
         built = _operator(name, column, value, negated)
     except QueryError:

@@ -46,3 +46,42 @@ class Counter(models.Model):
 class Tag(models.Model):
     label = models.CharField(max_length=30)
     employees = models.ManyToManyField(Employee, related_name="tags")
+
+
+class Project(models.Model):
+    """Owned by a department (deleted with it); its lead may leave (SET_NULL)."""
+
+    code = models.CharField(max_length=20)
+    year = models.IntegerField()
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="projects")
+    lead = models.ForeignKey(
+        Employee, on_delete=models.SET_NULL, null=True, related_name="led_projects"
+    )
+
+    class Meta:
+        unique_together = [("code", "year")]
+
+
+class Assignment(models.Model):
+    employee = models.ForeignKey(Employee, on_delete=models.CASCADE, related_name="assignments")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="assignments")
+    role = models.CharField(max_length=30)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["employee", "project"], name="one_role_per_project")
+        ]
+
+
+class Badge(models.Model):
+    """One per employee at most (OneToOne)."""
+
+    employee = models.OneToOneField(Employee, on_delete=models.CASCADE, related_name="badge")
+    number = models.CharField(max_length=10, unique=True)
+
+
+class Setting(models.Model):
+    """A model whose primary key is given, not allocated."""
+
+    key = models.CharField(max_length=40, primary_key=True)
+    value = models.CharField(max_length=100, blank=True)

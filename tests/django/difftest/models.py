@@ -1,0 +1,31 @@
+"""Models of the differential test: the same classes live in SQLite ("plain") and in the
+encrypted database ("encrypted"); queries choose one with ``.using()``.
+
+Some fields are indexed (``db_index``) and some not, so that the encrypted backend
+answers conditions both from index scans and by evaluating them in Python.
+"""
+
+from django.db import models
+
+
+class Group(models.Model):
+    name = models.CharField(max_length=40, null=True, db_index=True)
+    rank = models.IntegerField(null=True)
+
+    class Meta:
+        app_label = "difftest"
+
+
+class Item(models.Model):
+    name = models.CharField(max_length=40, null=True, db_index=True)
+    code = models.CharField(max_length=40, null=True)
+    n = models.IntegerField(null=True, db_index=True)
+    m = models.IntegerField(null=True)
+    price = models.DecimalField(max_digits=12, decimal_places=2, null=True, db_index=True)
+    day = models.DateField(null=True, db_index=True)
+    at = models.DateTimeField(null=True)
+    flag = models.BooleanField(default=False, db_index=True)
+    group = models.ForeignKey(Group, null=True, on_delete=models.SET_NULL, related_name="items")
+
+    class Meta:
+        app_label = "difftest"

@@ -1,0 +1,188 @@
+"""The example project from the outside, in subprocesses (see conftest.py for why):
+
+* its own test suite (``site_tests``), run by pytest with the example's settings;
+* ``manage.py check``, ``makemigrations --check``, ``migrate`` on both databases and
+  ``seed_hr`` in a temporary copy of the project, on the real (SQLite) stores;
+* ``demo.py``: set-up, the generated secrets (mode 0600), a second run that reuses the
+  data, and the development server answering.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.example.conftest import SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "example_project"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: none of this run's pytest or Django settings,
+    none of the demo's variables unless given, and the fast KDF."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "DJANGO_", "ZERODB_", "HRSITE_"))
+    }
+    env["ZERODB_KDF"] = "fast"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+def run(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> str:
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"{' '.join(args)} exited with {result.returncode}\n"
+        f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )
+    return result.stdout + result.stderr
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A copy of example_project without its var/ (a fresh clone's state)."""
+    copy = tmp_path / "example_project"
+    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("var", "__pycache__"))
+    return copy
+
+
+def test_site_suite():
+    """tests/example/site_tests with the example's settings, in a pytest of its own."""
+    output = run(
+        "-m", "pytest", "tests/example/site_tests", f"--ds={SETTINGS}",
+        "-p", "no:cacheprovider", "-q", "-W", "error::RuntimeWarning",
+        cwd=ROOT, env=clean_env(), timeout=300,
+    )  # fmt: skip
+    summary = re.search(r"(\d+) passed", output)
+    assert summary and int(summary.group(1)) >= 50, output
+    assert " failed" not in output and " error" not in output, output
+
+
+def test_check_migrate_and_seed_in_a_copy(project):
+    env = clean_env()
+    assert "no issues" in run("manage.py", "check", cwd=project, env=env)
+    run("manage.py", "makemigrations", "--check", "--dry-run", cwd=project, env=env)
+    run("manage.py", "migrate", cwd=project, env=env)
+    out = run("manage.py", "migrate", "--database", "encrypted", cwd=project, env=env)
+    assert "Applying hr.0001_initial... OK" in out
+    out = run("manage.py", "showmigrations", "hr", "--database", "encrypted", cwd=project, env=env)
+    assert "[X] 0001_initial" in out
+
+    var = project / "var"
+    assert (var / "hr.zdb").exists() and (var / "default.sqlite3").exists()
+    for secret in ("passphrase", "secret-key"):
+        assert stat.S_IMODE((var / secret).stat().st_mode) == 0o600, secret
+    assert stat.S_IMODE(var.stat().st_mode) == 0o700
+
+    out = run("manage.py", "seed_hr", "--employees", "60", "--seed", "5", cwd=project, env=env)
+    assert "Seeded 60 employees in 12 departments" in out
+    assert "seeding" not in out  # stderr is a pipe: no progress bar
+    out = run("manage.py", "seed_hr", "--if-empty", cwd=project, env=env)
+    assert "60 employees already there: not seeding." in out
+    # The store holds no plaintext: not a name, an email, a title or a word of a bio.
+    count = run(
+        "manage.py", "shell", "-c",
+        "from hr.models import Employee; e = Employee.objects.order_by('pk').last(); "
+        "print(Employee.objects.count(), e.email, e.last_name, sep='|')",
+        cwd=project, env=env,
+    ).strip().splitlines()[-1]  # fmt: skip
+    total, email, last_name = count.split("|")
+    assert total == "60"
+    raw = b"".join(p.read_bytes() for p in var.glob("hr.zdb*") if p.is_file())
+    assert email.encode() not in raw
+    assert last_name.encode() not in raw
+    assert b"Engineering" not in raw
+
+
+def test_check_with_a_blob_server_url_needs_no_local_store(project):
+    env = clean_env(ZERODB_URL="zerodb://127.0.0.1:9", ZERODB_PASSPHRASE="x", DJANGO_SECRET_KEY="y")
+    out = run(
+        "manage.py", "shell", "-c",
+        "from django.conf import settings; o = settings.DATABASES['encrypted']['OPTIONS']; "
+        "print(o['STORE'], o.get('KEY_FILE'))",
+        cwd=project, env={**env, "ZERODB_KEY_FILE": "/keys/hr.zdbkey"},
+    )  # fmt: skip
+    assert "zerodb://127.0.0.1:9 /keys/hr.zdbkey" in out
+    assert not (project / "var" / "passphrase").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_demo_sets_up_once_and_serves(project):
+    env = clean_env()
+    first = run("demo.py", "--no-server", "--employees", "45", cwd=project, env=env)
+    assert "Seeded 45 employees" in first
+    password = (project / "var" / "admin-password").read_text().strip()
+    assert f"password {password}" in first
+    assert stat.S_IMODE((project / "var" / "admin-password").stat().st_mode) == 0o600
+    for url in ("/employees/", "/admin/", "/api/"):
+        assert url in first
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "demo.py", "--addr", f"127.0.0.1:{port}", "--employees", "45"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, html = get(f"{base}/employees/")
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.monotonic() < deadline, "the demo server did not start"
+                time.sleep(0.2)
+        assert status == 200
+        assert "45 employees" in html
+        status, html = get(f"{base}/employees/?salary_min=abc&page=999&ordering=evil")
+        assert status == 200 and "Enter a whole number." in html
+        assert get(f"{base}/admin/login/")[0] == 200
+        assert get(f"{base}/api/")[0] == 501
+        assert get(f"{base}/static/hr/style.css")[0] == 200
+    finally:
+        server.terminate()
+        output, _ = server.communicate(timeout=30)
+    # The second run reused the data and the superuser, and printed no password.
+    assert "45 employees already there: not seeding." in output
+    assert "a superuser exists already" in output
+    assert password not in output
