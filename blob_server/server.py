@@ -264,6 +264,8 @@ class BlobServer:
             self._gc_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
+        with contextlib.suppress(Exception):
+            await self.storage.aclose()
         if self._server is not None:
             self._server.close()
             for writer in list(self._writers):  # idle clients must not hold the shutdown
@@ -369,14 +371,14 @@ class BlobServer:
             if body is None:
                 return "eof"
             frame = await self._answer(session, body)
-            writer.write(frame)
+            writer.writelines(frame)
             try:
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
             except (TimeoutError, ConnectionError, OSError):
                 return "write_failed"
 
-    async def _answer(self, session: Session, body: bytes) -> bytes:
-        """Return the answer frame to one request body (never raise)."""
+    async def _answer(self, session: Session, body: bytes) -> tuple[bytes, ...]:
+        """Return the answer frame to one request body, in parts (never raise)."""
         session.requests += 1
         self.total_requests += 1
         started = time.perf_counter()
@@ -390,19 +392,19 @@ class BlobServer:
             if op not in self._public_ops and session.tenant is None:
                 raise RequestError(protocol.UNAUTHENTICATED, "log in first")
             result = await handler(session, request.args)
-            frame = protocol.ok_frame(request_id, result)
+            frame = protocol.ok_frame_parts(request_id, result)
             status = "ok"
         except protocol.ProtocolError as exc:
-            frame = protocol.error_frame(exc.request_id, exc.code, str(exc))
+            frame = (protocol.error_frame(exc.request_id, exc.code, str(exc)),)
             status = exc.code
         except RequestError as exc:
-            frame = protocol.error_frame(request_id, exc.code, str(exc))
+            frame = (protocol.error_frame(request_id, exc.code, str(exc)),)
             status = exc.code
         except Exception as exc:
             log_event(
                 logging.ERROR, "op_failed", conn=session.conn_id, op=op, error=type(exc).__name__
             )
-            frame = protocol.error_frame(request_id, protocol.INTERNAL, "internal error")
+            frame = (protocol.error_frame(request_id, protocol.INTERNAL, "internal error"),)
             status = protocol.INTERNAL
         if log.isEnabledFor(logging.DEBUG):
             log_event(
@@ -413,7 +415,7 @@ class BlobServer:
                 op=op,
                 status=status,
                 bytes_in=len(body),
-                bytes_out=len(frame),
+                bytes_out=sum(map(len, frame)),
                 ms=f"{(time.perf_counter() - started) * 1000:.2f}",
             )
         return frame
@@ -430,8 +432,12 @@ class BlobServer:
 
     async def _storage(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a storage call in a worker thread; map its errors to error answers."""
+        return await self._storage_async(asyncio.to_thread(fn, *args, **kwargs))
+
+    async def _storage_async(self, call: Awaitable[Any]) -> Any:
+        """Await a storage call; map its errors to error answers."""
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await call
         except BlobExistsError as exc:
             raise RequestError(protocol.BLOB_EXISTS, str(exc)) from None
         except InvalidRequestError as exc:
@@ -488,7 +494,9 @@ class BlobServer:
     async def _op_get_blobs(self, session: Session, args: dict) -> object:
         _args(args, {"database": str, "ids": list})
         ids = _id_list(args["ids"], "ids")
-        found = await self._storage(self.storage.get_blobs, session.tenant, _database(args), ids)
+        found = await self._storage_async(
+            self.storage.aget_blobs(session.tenant, _database(args), ids)
+        )
         # Keep the answer under the frame limit: blobs past the budget are deferred and the
         # client asks for them again (at least one blob always goes out, so it progresses).
         blobs: dict[bytes, bytes] = {}

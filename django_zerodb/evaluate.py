@@ -744,6 +744,24 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
     return value
 
 
+def _scalar_subquery(ev: Evaluator, expr: Any, row: Row) -> Any:
+    """``Subquery(...)`` used as a value: run once (it cannot depend on the row)."""
+    from django_zerodb.translate import columns_of
+
+    query = getattr(expr, "query", expr)
+    if columns_of(query):  # OuterRef: columns of the outer query
+        raise NotSupportedError(
+            "a correlated Subquery() (OuterRef) as a value is not supported by the encrypted "
+            "database: annotate with an aggregate across the relation (such as "
+            "Max('employees__salary')), or use prefetch_related()"
+        )
+    key = id(query)
+    if key not in ev._rhs:
+        found = ev.resolve_subquery(query)
+        ev._rhs[key] = found[0] if found else None
+    return ev._rhs[key]
+
+
 def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
     """``EXISTS (subquery)``, decorrelated once: the subquery runs without its
     ``inner = outer`` conditions, selecting the inner columns; a row passes when its
@@ -776,6 +794,8 @@ _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
     "KeyTransform": _key_transform,
     "Random": lambda ev, e, row: random.random(),
     "Exists": _exists,
+    "Subquery": _scalar_subquery,
+    "Query": _scalar_subquery,
     "Col": _col,
     "ColPairs": _col_pairs,
     "RawSQL": _raw_sql,

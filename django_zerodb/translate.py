@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import CharField, TextField
+from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, NothingNode, WhereNode
 
 from django_zerodb.evaluate import Evaluator, lookup_test
@@ -90,7 +92,7 @@ def _collect_columns(node: Any, found: set) -> None:
     if kind == "Col":
         found.add((node.alias, node.target.column))
         return
-    if kind in ("Query", "Subquery", "Exists"):
+    if kind in ("Subquery", "Exists") or isinstance(node, Query):  # PlanQuery too
         query = getattr(node, "query", node)
         found.update(c for c in _inner_columns(query) if c[0] not in query.alias_map)
         return
@@ -183,8 +185,11 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
     value = ev.rhs(lookup, {})
     if pair:
         value = [v[0] for v in value] if name == "in" else value[0]
+    # A prefix scan finds strings only: startswith on a number or a date tests its text
+    # (as SQL casts it), below.
+    scan = name != "startswith" or pair or isinstance(lhs.target, CharField | TextField)
     try:
-        built = _operator(name, column, value, negated)
+        built = _operator(name, column, value, negated) if scan else None
     except QueryError:
         built = None
     if built is not None:

@@ -119,13 +119,14 @@ def verify(
 
 def _read_root(db: DB, report: VerifyReport) -> RootState | None:
     """Fetch, decrypt and parse the current root (bypassing the DB's latest root)."""
+    floor = db.freshness.seen_seq(db.database)  # as DB.read_root: threads may commit
     record = db.transport.get_root(db.database)
     report.seq = record.seq
     if record.seq == 0:
         if record.data:
             report.problems.append(Problem("root", "root record with seq 0 is not empty"))
             return None
-        db.freshness.check(db.database, 0, None, None)
+        db.freshness.check(db.database, 0, None, None, floor=floor)
         return EMPTY_STATE
     root_digest = digest(record.data)
     try:
@@ -135,7 +136,7 @@ def _read_root(db: DB, report: VerifyReport) -> RootState | None:
         report.problems.append(Problem("root", str(exc)))
         return None
     report.blobs += 1
-    db.freshness.check(db.database, record.seq, root_digest, prev)
+    db.freshness.check(db.database, record.seq, root_digest, prev, floor=floor)
     return state
 
 

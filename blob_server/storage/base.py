@@ -19,6 +19,7 @@ quota needs no storage migration and the embedded store (no quota) pays nothing.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -210,3 +211,17 @@ class Storage(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to free
         """Release resources (files, connections)."""
+
+    # -- the server's asynchronous read path -----------------------------------------------
+    # Reads are most of a server's requests. A backend with an asyncio client (Redis) or no
+    # I/O at all (memory) answers them on the event loop; the default hands the synchronous
+    # call to a worker thread, as the server does for every other operation.
+
+    async def aget_blobs(
+        self, tenant: str, database: str, ids: Sequence[bytes]
+    ) -> dict[bytes, bytes]:
+        """:meth:`get_blobs` for an asyncio caller."""
+        return await asyncio.to_thread(self.get_blobs, tenant, database, ids)
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release what the asynchronous read path holds (called on the event loop)."""

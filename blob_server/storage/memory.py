@@ -68,6 +68,12 @@ class MemoryStorage(Storage):
         """Return the database's state, creating it on first write."""
         return self._databases.setdefault(v.check_scope(tenant, database), _Database())
 
+    async def aget_blobs(
+        self, tenant: str, database: str, ids: Sequence[bytes]
+    ) -> dict[bytes, bytes]:
+        """In memory: answered at once, no worker thread."""
+        return self.get_blobs(tenant, database, ids)
+
     def get_blobs(self, tenant: str, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
         """Return the blobs with these ids; missing ids are absent."""
         wanted = v.check_ids(ids)

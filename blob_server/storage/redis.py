@@ -41,6 +41,7 @@ re-sending a commit or an id allocation is not safe. Errors become
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -53,6 +54,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
@@ -342,6 +345,13 @@ class RedisStorage(Storage):
         except (ValueError, TypeError) as exc:
             raise StorageUnavailableError(f"bad Redis storage URL {self.url!r}: {exc}") from exc
         self._redis = redis.Redis(connection_pool=self._pool)
+        # The asyncio client (aget_blobs) is made on the server's event loop when first used.
+        self._raw_url = url
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._aclient: redis.asyncio.Redis | None = None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
         self._commit_script = self._redis.register_script(_COMMIT)
         self._keyring_script = self._redis.register_script(_PUT_KEYRING)
         self._collect_script = self._redis.register_script(_COLLECT)
@@ -454,6 +464,53 @@ class RedisStorage(Storage):
                     pipe.mget(keys[start : start + _MGET_CHUNK])
                 values = [value for chunk in pipe.execute() for value in chunk]
         return {i: data for i, data in zip(wanted, values) if data is not None}
+
+    async def aget_blobs(
+        self, tenant: str, database: str, ids: Sequence[bytes]
+    ) -> dict[bytes, bytes]:
+        """:meth:`get_blobs` through redis-py's asyncio client, on the caller's event loop:
+        no worker thread per read (the hand-off cost a quarter of a 64-blob fetch)."""
+        v.check_scope(tenant, database)
+        wanted = v.check_ids(ids)
+        if not wanted:
+            return {}
+        with self._errors():
+            keys = [self._scope(tenant, database).blob(i) for i in wanted]
+        client = self._async_client()
+        try:
+            if len(keys) <= _MGET_CHUNK:
+                values = await client.mget(keys)
+            else:
+                pipe = client.pipeline(transaction=False)
+                for start in range(0, len(keys), _MGET_CHUNK):
+                    pipe.mget(keys[start : start + _MGET_CHUNK])
+                values = [value for chunk in await pipe.execute() for value in chunk]
+        except RedisError as exc:
+            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
+        return {i: data for i, data in zip(wanted, values) if data is not None}
+
+    def _async_client(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (made on first use there)."""
+        if self._closed:
+            raise StorageUnavailableError(f"storage {self.url} is closed")
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            self._aclient = redis.asyncio.Redis.from_url(
+                self._raw_url,
+                socket_timeout=self._socket_timeout,
+                socket_connect_timeout=self._connect_timeout,
+                # Reads are idempotent: one retry on a fresh connection after Redis
+                # restarted (the pool may still hold connections to the old process).
+                retry=AsyncRetry(NoBackoff(), 1),
+                max_connections=self._max_connections,
+            )
+            self._aclient_loop = loop
+        return self._aclient
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
 
     def get_root(self, tenant: str, database: str) -> RootRecord:
         """Return the current root, ``EMPTY_ROOT`` for a database never committed to."""

@@ -306,3 +306,30 @@ def test_decimal_sum(hr):
     budgets = [d.budget for d in hr.departments.values() if d.budget is not None]
     assert got["budget__sum"] == sum(budgets, decimal.Decimal(0))
     assert got["budget__avg"] == pytest.approx(sum(budgets) / len(budgets))
+
+
+def test_annotate_a_duration(hr):
+    import datetime
+
+    qs = Employee.objects.annotate(tenure=F("updated__date") - F("hire_date"))
+    expected = {
+        e.pk: None if e.updated is None or e.hire_date is None else e.updated.date() - e.hire_date
+        for e in hr.employees
+    }
+    assert dict(qs.values_list("pk", "tenure")) == expected
+    year = datetime.timedelta(days=365)
+    assert sorted(qs.filter(tenure__gt=year).values_list("pk", flat=True)) == sorted(
+        pk for pk, t in expected.items() if t is not None and t > year
+    )
+
+
+def test_annotate_an_uncorrelated_subquery(hr):
+    from django.db.models import Subquery
+
+    top = Employee.objects.order_by("-salary").values("salary")[:1]
+    highest = max(salaries(hr.employees))
+    got = Department.objects.annotate(top=Subquery(top)).values_list("name", "top")
+    assert dict(got) == dict.fromkeys(hr.departments, highest)
+    assert list(Employee.objects.filter(salary=Subquery(top)).values_list("salary", flat=True)) == [
+        highest
+    ]

@@ -347,3 +347,18 @@ def test_search_phrase_and_manager(hr):
     )
     combined = Employee.objects.filter(bio__search="kernel", salary__gt=40_000)
     assert got(combined) == want(hr, lambda e: "kernel" in words(e.bio) and gt(e.salary, 40_000))
+
+
+def test_none_and_type_coercions(hr):
+    # exact=None is IS NULL; iexact=None too.
+    assert got(Employee.objects.filter(salary=None)) == want(hr, lambda e: e.salary is None)
+    assert got(Employee.objects.filter(title__iexact=None)) == []
+    # A pattern on a number compares its text, as SQL does.
+    assert got(Employee.objects.filter(salary__startswith=3)) == want(
+        hr, lambda e: None if e.salary is None else str(e.salary).startswith("3")
+    )
+    budgets = {d.pk: d.budget for d in hr.departments.values()}
+    some = next(b for b in budgets.values() if b is not None)
+    assert sorted(Department.objects.filter(budget=int(some)).values_list("pk", flat=True)) == (
+        sorted(pk for pk, b in budgets.items() if b is not None and b == int(some))
+    )

@@ -14,7 +14,7 @@ import datetime
 import pytest
 from django.db import connections
 
-from tests.django.conftest import BOTH_STORES, db
+from tests.django.conftest import BOTH_STORES, db, transactional_db
 from tests.django.testapp.models import Department, Employee
 
 pytestmark = [db, BOTH_STORES]
@@ -306,3 +306,44 @@ def test_runs_on_the_chosen_store(hr, store, alias):
     assert hr.employees[0]._state.db == alias
     test_store = connections[alias].settings_dict["OPTIONS"]["STORE"]
     assert test_store.startswith("sqlite:///" if alias.endswith("sqlite") else "memory://")
+
+
+def test_explicit_null_placement(hr):
+    from django.db.models import F
+
+    def placed(nulls_last, desc):
+        present = [e for e in hr.employees if e.salary is not None]
+        present.sort(key=lambda e: (-e.salary if desc else e.salary, e.pk))
+        missing = sorted((e for e in hr.employees if e.salary is None), key=lambda e: e.pk)
+        return present + missing if nulls_last else missing + present
+
+    got = Employee.objects.order_by(F("salary").desc(nulls_last=True), "id")
+    assert pks(got) == pks(placed(nulls_last=True, desc=True))
+    got = Employee.objects.order_by(F("salary").asc(nulls_last=True), "id")
+    assert pks(got) == pks(placed(nulls_last=True, desc=False))
+    got = Employee.objects.order_by(F("salary").desc(nulls_first=True), "id")
+    assert pks(got) == pks(placed(nulls_last=False, desc=True))
+
+
+@transactional_db
+def test_round_trips_in_autocommit(alias):
+    """Outside a transaction every statement reads the current root (one round trip) and
+    finds the rest of a warm path in the cache."""
+    connection = connections[alias]
+    d = Department.objects.create(name="RT")
+    made = Employee.objects.bulk_create(
+        [Employee(first_name="a", email=f"rt{i}@x", salary=i, department=d) for i in range(300)]
+    )
+    target = made[150]
+
+    def trips(fn):
+        before = connection.round_trips()
+        fn()
+        return connection.round_trips() - before
+
+    trips(lambda: Employee.objects.get(pk=target.pk))  # warm the path
+    assert trips(lambda: Employee.objects.get(pk=target.pk)) <= 2
+    assert trips(lambda: Employee.objects.filter(salary__gt=100).count()) <= 2
+    page = Employee.objects.filter(salary__gt=100).select_related("department")[:10]
+    assert trips(lambda: list(page)) <= 3
+    assert trips(lambda: Employee.objects.filter(pk=target.pk).update(salary=5)) <= 3

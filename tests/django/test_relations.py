@@ -272,3 +272,30 @@ def test_many_to_many_queries(hr, alias, django_assert_num_queries):
             for e in Employee.objects.prefetch_related("tags")
         }
     assert got == {e.pk: [f"t{k}" for k in range(i % 4)] for i, e in enumerate(hr.employees)}
+
+
+def test_filter_through_a_relation_back_to_the_same_model(hr):
+    # Employees whose department has someone earning > x: one row per such colleague.
+    x = 70_000
+    high = Counter(e.department_id for e in hr.employees if e.salary and e.salary > x)
+    got = Employee.objects.filter(department__employees__salary__gt=x)
+    assert got.count() == sum(high[e.department_id] for e in hr.employees if e.department_id)
+    assert sorted(got.distinct().values_list("pk", flat=True)) == sorted(
+        e.pk for e in hr.employees if e.department_id and high[e.department_id]
+    )
+    kept = Employee.objects.exclude(department__employees__salary__gt=x)
+    assert sorted(kept.values_list("pk", flat=True)) == sorted(
+        e.pk for e in hr.employees if not (e.department_id and high[e.department_id])
+    )
+
+
+def test_or_across_a_relation(hr):
+    x = 70_000
+    rich = {e.department_id for e in hr.employees if e.salary and e.salary > x}
+    q = Q(employees__salary__gt=x) | Q(name="Empty")
+    assert names(Department.objects.filter(q).distinct()) == sorted(
+        n for n, d in hr.departments.items() if d.pk in rich or n == "Empty"
+    )
+    assert names(Department.objects.exclude(q)) == sorted(
+        n for n, d in hr.departments.items() if d.pk not in rich and n != "Empty"
+    )

@@ -375,3 +375,15 @@ def test_unique_violation_in_autocommit_leaves_nothing(hr, alias):
         Department.objects.create(name="Brand new")
         Department.objects.create(name="R&D")
     assert Department.objects.count() == before
+
+
+def test_aware_datetimes_are_stored_as_instants():
+    from zoneinfo import ZoneInfo
+
+    tokyo = datetime.datetime(2024, 1, 1, 9, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
+    utc = datetime.datetime(2024, 1, 1, 0, 0, tzinfo=datetime.UTC)
+    e = Employee.objects.create(first_name="T", email="t@example.com", updated=tokyo)
+    assert stored(e.pk).updated == utc == tokyo
+    assert Employee.objects.filter(updated=utc).count() == 1
+    assert Employee.objects.filter(updated__date=datetime.date(2024, 1, 1)).count() == 1
+    assert Employee.objects.filter(updated__lt=tokyo + datetime.timedelta(seconds=1)).count() == 1

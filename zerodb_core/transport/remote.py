@@ -159,6 +159,7 @@ class RemoteTransport(Transport):
         self.pushes = 0
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
+        self._receiver = protocol.FrameReceiver()
         self._connect()
 
     # -- connection ------------------------------------------------------------------------
@@ -287,7 +288,7 @@ class RemoteTransport(Transport):
         for rid in ids:
             while True:
                 try:
-                    frame = protocol.parse_server_frame(protocol.recv_frame(sock))
+                    frame = protocol.parse_server_frame(self._receiver.recv(sock))
                 except protocol.ProtocolError as exc:
                     self._drop()
                     raise IntegrityError(
@@ -341,7 +342,7 @@ class RemoteTransport(Transport):
                 pending = isinstance(sock, ssl_module.SSLSocket) and sock.pending() > 0
                 if not pending and not select.select([sock], [], [], 0)[0]:
                     return True
-                frame = protocol.parse_server_frame(protocol.recv_frame(sock))
+                frame = protocol.parse_server_frame(self._receiver.recv(sock))
             except (protocol.ProtocolError, OSError, ValueError):
                 frame = None
             if not isinstance(frame, protocol.Push):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -47,7 +48,7 @@ class Command(BaseCommand):
             "alias": connection.alias,
             "store": params["store"],
             "username": params["username"],
-            "key_file": None if params["key_file"] is None else str(params["key_file"]),
+            "key_file": _key_file(params),
             "freshness": describe_tracker(engine.freshness),
             **status,
         }
@@ -55,6 +56,14 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(status, indent=2, sort_keys=False, default=str))
             return
         self.stdout.write(_text(status))
+
+
+def _key_file(params: dict) -> str | None:
+    """The key file a blob-server store logs in with (the setting, else the variable)."""
+    if not params["store"].startswith("zerodb://"):
+        return None
+    path = params["key_file"] or os.environ.get("ZERODB_KEY_FILE")
+    return None if path is None else str(path)
 
 
 def _text(s: dict[str, Any]) -> str:
