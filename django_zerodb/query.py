@@ -44,11 +44,15 @@ from django_zerodb.translate import (
     pushdown,
 )
 from zerodb_core.encoding import encode_key
+from zerodb_core.query.executor import Executor
 from zerodb_core.query.operators import And, Any_, Eq, Expr
+from zerodb_core.query.planner import plan
 from zerodb_core.query.result import QueryResult
 from zerodb_core.transaction import View
 
 Record = dict[str, Any]
+# ``fetch(sort=PK_ORDER)``: order by primary key (not a column with an index).
+PK_ORDER = "\x00pk"
 
 
 def record_of(fields: Record) -> Record:
@@ -199,6 +203,8 @@ class SelectQuery:
         """``(pk, record)`` of ``table`` matching ``expr``; ordered by ``sort`` (or pk)."""
         if any(isinstance(e, Never) for e in _top(expr)):
             return []
+        if sort == PK_ORDER:
+            return self._fetch_in_pk_order(table, expr, reverse, skip, limit)
         pks = _pk_candidates(expr, self._pk_column_of(table))
         if pks is not None:
             found = self.view.table(table)
@@ -216,6 +222,24 @@ class SelectQuery:
             _Rows(self.view, table), expr, sort_index=sort, reverse=reverse, skip=skip, limit=limit
         )
         return list(result)
+
+    def _fetch_in_pk_order(
+        self, table: str, expr: Expr | None, reverse: bool, skip: int, limit: int | None
+    ) -> list[tuple[Any, Record]]:
+        """A page in primary-key order: when the indexes answer the filter exactly, sort
+        the matching pks and read only the page's records (a full-text match of 20,000
+        documents shown 20 at a time by id reads 20 records, not 20,000)."""
+        found = self.view.table(table)
+        if found is None:
+            return []
+        executor = Executor(found)
+        p = executor.refine(plan(expr, found.spec)) if expr is not None else None
+        if p is not None and p.source is not None and p.residual is None:
+            pks = sorted(executor.primary_keys(p.source)[0], key=_Order, reverse=reverse)
+            page = pks[skip:] if limit is None else pks[skip : skip + limit]
+            return executor.records(page)
+        rows = sorted(self.fetch(table, expr), key=lambda r: _Order(r[0]), reverse=reverse)
+        return rows[skip:] if limit is None else rows[skip : skip + limit]
 
     def count(self, table: str, expr: Expr | None) -> int:
         if any(isinstance(e, Never) for e in _top(expr)):
@@ -315,9 +339,10 @@ class SelectQuery:
             return None
         rest = [c for c, _ in keys[1:]]
         if column == self.pk_column:
-            if rest or self.restrict[self.base_alias]:
+            if rest:
                 return None
-            return (None, desc)
+            # Unfiltered: the record tree is in pk order. Filtered: page the sorted pks.
+            return (PK_ORDER if self.restrict[self.base_alias] else None, desc)
         if rest not in ([], [self.pk_column]):
             return None
         return (column, desc)
