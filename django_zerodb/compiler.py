@@ -121,9 +121,9 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                 for f in opts.local_concrete_fields:
                     record.setdefault(f.column, None)
                 if record[pk.column] is None:
-                    raise NotSupportedError(
-                        f"{opts.label}: a primary key of type {type(pk).__name__} must be "
-                        "given (only integer auto fields are allocated by the store)"
+                    raise IntegrityError(
+                        f"NOT NULL constraint failed: {table}.{pk.column} (only integer auto "
+                        "fields are allocated by the store; give other primary keys a value)"
                     )
             with session.writing() as txn:
                 txn.apply(

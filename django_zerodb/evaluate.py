@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import hashlib
 import json
+import math
 import random
 import re
 from collections.abc import Callable
@@ -192,6 +194,12 @@ class Evaluator:
         constant = True
         name = lookup.lookup_name
         if _is_query(rhs):
+            db = getattr(rhs, "_db", None)
+            if db is not None and db != self.connection.alias:
+                raise ValueError(
+                    "Subqueries aren't allowed across different databases. Force the "
+                    "inner query to be evaluated using `list(inner_query)`."
+                )
             value = self.resolve_subquery(rhs)
             if name not in ("in",):
                 value = value[0] if value else None
@@ -378,9 +386,10 @@ def _has_key(value: Any, key: str) -> bool:
 
 
 def _xor3(values: list) -> bool | None:
-    if any(v is None for v in values):
-        return None
-    return sum(bool(v) for v in values) % 2 == 1
+    """XOR as Django writes it for SQL without XOR: ``(a OR b ...) AND`` an odd number
+    of the terms are TRUE (an unknown term counts as not TRUE)."""
+    parity = sum(v is True for v in values) % 2 == 1
+    return and3([or3(values), parity])
 
 
 _PATTERN_LOOKUPS = frozenset(
@@ -701,6 +710,23 @@ def _substr(expr: Any, text: Any, pos: int, length: int | None = None) -> str:
     return _text(text)[start : None if length is None else start + int(length)]
 
 
+def _mod(expr: Any, a: Any, b: Any) -> Any:
+    """SQL MOD: the sign of the dividend (not Python's floor modulo); NULL for b = 0."""
+    if b == 0:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return abs(a) % abs(b) * (1 if a >= 0 else -1)
+    return math.fmod(a, b)
+
+
+def _pad(text: str, length: int, fill: str, *, left: bool) -> str:
+    """LPAD/RPAD: pad (or cut) to ``length`` characters with ``fill`` repeated."""
+    if length <= len(text) or not fill:
+        return text[:length]
+    padding = (fill * length)[: length - len(text)]
+    return padding + text if left else text + padding
+
+
 def _round(expr: Any, value: Any, places: int = 0) -> Any:
     return round(value, int(places))
 
@@ -826,6 +852,21 @@ _HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
     "Replace": _strict(lambda e, v, old, new: _text(v).replace(_text(old), _text(new))),
     "StrIndex": _strict(lambda e, v, sub: _text(v).find(_text(sub)) + 1),
     "Abs": _strict(lambda e, v: abs(v)),
+    "Repeat": _strict(lambda e, v, n: _text(v) * max(int(n), 0)),
+    "LPad": _strict(lambda e, v, n, fill: _pad(_text(v), int(n), _text(fill), left=True)),
+    "RPad": _strict(lambda e, v, n, fill: _pad(_text(v), int(n), _text(fill), left=False)),
+    "Chr": _strict(lambda e, v: chr(int(v))),
+    "Ord": _strict(lambda e, v: ord(_text(v)[0]) if _text(v) else None),
+    "MD5": _strict(lambda e, v: hashlib.md5(_text(v).encode(), usedforsecurity=False).hexdigest()),
+    "SHA1": _strict(lambda e, v: hashlib.sha1(_text(v).encode()).hexdigest()),
+    "SHA256": _strict(lambda e, v: hashlib.sha256(_text(v).encode()).hexdigest()),
+    "SHA512": _strict(lambda e, v: hashlib.sha512(_text(v).encode()).hexdigest()),
+    "Sign": _strict(lambda e, v: (v > 0) - (v < 0)),
+    "Ceil": _strict(lambda e, v: math.ceil(v)),
+    "Floor": _strict(lambda e, v: math.floor(v)),
+    "Mod": _strict(_mod),
+    "Power": _strict(lambda e, a, b: a**b),
+    "Sqrt": _strict(lambda e, v: math.sqrt(v)),
     "Round": _strict(_round),
     "Greatest": _strict(_greatest),
     "Least": _strict(_least),

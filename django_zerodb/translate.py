@@ -144,8 +144,8 @@ def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Exp
         return Never() if not negated else _always()
     if isinstance(node, WhereNode):
         neg = negated != node.negated
-        if node.connector not in (AND, OR):
-            return _row(node, alias, neg, ev)
+        if node.connector not in (AND, OR):  # XOR: truth() applies node.negated itself
+            return _row(node, alias, negated, ev)
         parts = [pushdown(child, alias, ev, neg) for child in node.children]
         if not parts:
             return _always() if node.connector == AND and not neg else Never()
@@ -205,7 +205,9 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
 def _operator(name: str, column: str, value: Any, negated: bool) -> Expr | None:
     """An index-servable engine operator for a simple lookup, if there is one."""
     if name == "isnull":
-        return IsNull(column, bool(value) != negated)
+        if not isinstance(value, bool):
+            raise ValueError("The QuerySet value for an isnull lookup must be True or False.")
+        return IsNull(column, value != negated)
     if value is None:
         return Never()  # a comparison with NULL is never True, nor is its negation
     if name == "exact":

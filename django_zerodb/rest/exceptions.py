@@ -1,0 +1,31 @@
+"""``BadQuery``: a client error (400) that names where in the request it is.
+
+Every problem of a query (the JSON query endpoint, ``?search=``, a cursor ordering) is
+answered with ``{"error": "<what is wrong>", "path": "<where>"}``: ``path`` is the JSON
+path of the offending part of the body (``"filter.salary.$gte"``,
+``"filter.$or[1].first_name"``, ``"order_by[0]"``; ``""`` for the body as a whole) or
+the name of the query parameter (``"search"``, ``"ordering"``).
+"""
+
+from __future__ import annotations
+
+from rest_framework import status
+from rest_framework.exceptions import APIException
+
+
+class BadQuery(APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_detail = "Bad query."
+    default_code = "bad_query"
+
+    def __init__(self, error: str, path: str = "") -> None:
+        super().__init__({"error": error, "path": path})
+        self.error = error
+        self.path = path
+
+
+def join(path: str, key: str | int) -> str:
+    """The JSON path of ``key`` (a member name or a list index) inside ``path``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
