@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zerodb_core.btree import BlobRequest, node_from_payload
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, BlobSealer
-from zerodb_core.exceptions import IntegrityError
+from zerodb_core.exceptions import IntegrityError, UnknownEpochError
 from zerodb_core.records import RecordBlob
 from zerodb_core.serialization import unpack
 from zerodb_core.transport import Transport
+
+
+def open_after_reload(sealer: BlobSealer, kind: BlobKind, blob_id: bytes, sealed: bytes) -> bytes:
+    """Open a blob again after the keyring was reloaded; an epoch still unknown is a
+    plain integrity failure (a forged header), like any other."""
+    return sealer.open(kind, blob_id, sealed, unknown_epoch=IntegrityError)
 
 
 class BlobSource:
@@ -22,12 +28,20 @@ class BlobSource:
     """
 
     def __init__(
-        self, transport: Transport, database: str, sealer: BlobSealer, cache: BlobCache
+        self,
+        transport: Transport,
+        database: str,
+        sealer: BlobSealer,
+        cache: BlobCache,
+        reload_keys: Callable[[], None] | None = None,
     ) -> None:
         self.transport = transport
         self.database = database
         self.sealer = sealer
         self.cache = cache
+        # Called once when a blob names a key epoch the keyring lacks (another client
+        # rotated); the blob is then opened again, and fails for good if still unknown.
+        self.reload_keys = reload_keys
 
     def lookup(self, blob_id: bytes) -> Any | None:
         return self.cache.get(blob_id)
@@ -43,7 +57,13 @@ class BlobSource:
                     f"blob {blob_id.hex()} is missing from the store (deleted or withheld)"
                 )
             kind = BlobKind.NODE if request.__class__ is bytes else request[1]
-            payload = self.sealer.open(kind, blob_id, sealed)
+            try:
+                payload = self.sealer.open(kind, blob_id, sealed)
+            except UnknownEpochError:
+                if self.reload_keys is None:
+                    raise
+                self.reload_keys()
+                payload = open_after_reload(self.sealer, kind, blob_id, sealed)
             if kind == BlobKind.NODE:
                 obj = node_from_payload(blob_id, unpack(payload))
             else:

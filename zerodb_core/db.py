@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
-from zerodb_core.blobsource import BlobSource
+from zerodb_core.blobsource import BlobSource, open_after_reload
 from zerodb_core.btree import CLEAN, NODE_MAX_BYTES, reachable_dirty
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
@@ -28,6 +28,7 @@ from zerodb_core.exceptions import (
     IntegrityError,
     NotSupportedError,
     QueryError,
+    UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
 from zerodb_core.models import Model
@@ -106,6 +107,11 @@ class DB:
         self.freshness = (
             freshness if freshness is not None else _freshness_for(store, freshness_path, key_file)
         )
+        # Kept in this process's memory only, to reopen the keyring after another client
+        # rotated the key epoch (reload_keyring); it never leaves the client.
+        self._username = username
+        self._password = password
+        self._keyring_lock = threading.Lock()
         self.keyring = self._unlock(
             username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
         )
@@ -113,7 +119,9 @@ class DB:
         tenant = getattr(self.transport, "tenant", "local")
         self.sealer = BlobSealer(self.keys, tenant, database)
         self.cache = BlobCache(cache_bytes)
-        self.source = BlobSource(self.transport, database, self.sealer, self.cache)
+        self.source = BlobSource(
+            self.transport, database, self.sealer, self.cache, reload_keys=self.reload_keyring
+        )
         self._latest: RootState = EMPTY_STATE
         self._local = threading.local()
         self._id_blocks: dict[str, list[int]] = {}
@@ -138,6 +146,28 @@ class DB:
         # Someone created it meanwhile: use theirs.
         return Keyring.open(self.transport.get_keyring(self.database, slot), password, **where)
 
+    def reload_keyring(self) -> None:
+        """Read the keyring again (a key epoch was rotated): seal with its current epoch
+        from now on, and open blobs of every epoch it holds. A keyring that lost an
+        epoch this client knew is refused (that would be a rollback of the keyring)."""
+        with self._keyring_lock:
+            tenant = getattr(self.transport, "tenant", "local")
+            slot = slot_name(tenant, self.database, self._username)
+            sealed = self.transport.get_keyring(self.database, slot)
+            if sealed is None:
+                raise IntegrityError(f"the keyring of {self.database!r} is gone from the store")
+            keyring = Keyring.open(
+                sealed, self._password, tenant=tenant, database=self.database, name=self._username
+            )
+            if not set(self.keyring.epochs) <= set(keyring.epochs):
+                raise IntegrityError(
+                    f"the keyring of {self.database!r} lost key epochs "
+                    f"{sorted(set(self.keyring.epochs) - set(keyring.epochs))} (rolled back?)"
+                )
+            self.keyring = keyring
+            self.keys = keyring.hierarchy()
+            self.sealer.use_keys(self.keys)
+
     def _open_root(self, record: RootRecord, floor: int | None = None) -> RootState:
         """Authenticate and check a root record from the store; reject rollbacks/forks.
         ``floor``: the highest seq seen when the record was asked for (threads share
@@ -151,7 +181,13 @@ class DB:
         latest = self._latest
         if latest.seq == record.seq and latest.digest == root_digest:
             return latest
-        plaintext = self.sealer.open(BlobKind.ROOT, root_blob_id(record.seq), record.data)
+        try:
+            plaintext = self.sealer.open(BlobKind.ROOT, root_blob_id(record.seq), record.data)
+        except UnknownEpochError:  # another client rotated the key epoch: learn it, once
+            self.reload_keyring()
+            plaintext = open_after_reload(
+                self.sealer, BlobKind.ROOT, root_blob_id(record.seq), record.data
+            )
         state, prev = parse_payload(unpack(plaintext), record.seq, root_digest)
         self.freshness.check(self.database, record.seq, root_digest, prev, floor=floor)
         if state.seq >= self._latest.seq:

@@ -17,6 +17,12 @@ class IntegrityError(ZeroDBError):
     """
 
 
+class UnknownEpochError(IntegrityError):
+    """A blob sealed under a key epoch this client's keyring does not hold (yet): the
+    keyring is reloaded once (another client may have rotated); if the epoch is still
+    unknown, it is an integrity failure like any other."""
+
+
 class WrongPassphraseError(IntegrityError):
     """The keyring did not open: the passphrase (or key file) is not the right one."""
 

@@ -1,4 +1,4 @@
-"""Changing the passphrase of a database, and why a key epoch cannot be rotated yet.
+"""Changing the passphrase of a database, and rotating its key epoch.
 
 **What a passphrase change does**: the keyring (the random master keys of the database,
 kept in the store's keyring slot of one user) is re-wrapped under a key derived from the
@@ -9,12 +9,10 @@ old copy of the keyring slot together with the old passphrase, or a memory dump 
 running client) can still read everything, old and new. A passphrase change protects
 against a passphrase that leaked *without* the keyring having been opened with it.
 
-**Key epoch rotation** (a new random master key for new blobs: ``Keyring.rotate()``) is
-supported by the keyring and the blob format, but not by the engine: a running client
-only learns the keyring when it opens the database, so every other client would fail to
-read blobs sealed under the new epoch ("unknown key epoch", indistinguishable from
-tampering) until restarted, and old blobs would stay under the old key anyway.
-:func:`rotate_epoch` therefore raises :class:`NotSupportedError`.
+**Key epoch rotation** (:func:`rotate_epoch`) adds a new random master key; new blobs
+are sealed under it, old ones stay readable under theirs. Running clients learn the new
+epoch when they first meet a blob sealed under it: ``DB`` reloads the keyring once on an
+unknown epoch (an epoch still unknown after that is an integrity failure).
 """
 
 from __future__ import annotations
@@ -27,22 +25,42 @@ from typing import TYPE_CHECKING
 
 from zerodb_core.crypto import KdfParams, Keyring, slot_name
 from zerodb_core.crypto.kdf import SALT_BYTES
-from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
+from zerodb_core.exceptions import ConflictError, QueryError
 
 if TYPE_CHECKING:
     from zerodb_core.db import DB
 
-EPOCH_ROTATION_UNSUPPORTED = (
-    "rotating the master-key epoch is not supported by the engine yet: Keyring.rotate() "
-    "exists, but running clients never reload the keyring, so they could not read blobs "
-    "sealed under a new epoch (and old blobs would not be re-encrypted). Change the "
-    "passphrase instead (it re-wraps the keyring; the master keys stay the same)"
-)
 
+def rotate_epoch(db: DB, passphrase: str | bytes, *, username: str = "root") -> int:
+    """Start a new key epoch: a fresh random master key that every blob written from
+    now on is sealed under; return the new epoch.
 
-def rotate_epoch(db: DB) -> int:
-    """Start a new key epoch: not supported (see the module documentation)."""
-    raise NotSupportedError(EPOCH_ROTATION_UNSUPPORTED)
+    The keyring slot of ``username`` is re-wrapped (same passphrase, same Argon2id costs)
+    with the new epoch added and swapped in by compare-and-swap (``ConflictError`` if it
+    changed meanwhile). This ``db`` seals with the new epoch at once; other running
+    clients learn it the first time they meet a blob sealed under it (``DB`` reloads the
+    keyring once on an unknown epoch). Old blobs stay under their epochs until a commit
+    rewrites them: rotation limits what a leaked *future* key opens, it re-encrypts
+    nothing. Other users' keyring slots of the database are not touched (their
+    passphrases are not known here): they must be rotated by their owners.
+    """
+    tenant = getattr(db.transport, "tenant", "local")
+    where = {"tenant": tenant, "database": db.database, "name": username}
+    slot = slot_name(tenant, db.database, username)
+    sealed = db.transport.get_keyring(db.database, slot)
+    if sealed is None:
+        raise QueryError(f"database {db.database!r} has no keyring for user {username!r}")
+    keyring = Keyring.open(sealed, passphrase, **where)
+    epoch = keyring.rotate()
+    if not db.transport.put_keyring(
+        db.database, slot, keyring.seal(passphrase, **where), expected=sealed
+    ):
+        raise ConflictError(
+            f"the keyring of {username!r} in {db.database!r} changed while it was rotated; "
+            "nothing was changed, try again"
+        )
+    db.reload_keyring()
+    return epoch
 
 
 def change_passphrase(

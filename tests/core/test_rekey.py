@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from blob_server.storage.memory import MemoryStorage
-from zerodb_core import DB, NotSupportedError, WrongPassphraseError
+from zerodb_core import DB, IntegrityError, WrongPassphraseError
 from zerodb_core.exceptions import ConflictError, QueryError
 from zerodb_core.keyfile import KeyFile
 from zerodb_core.models import Field, Model
@@ -67,10 +67,35 @@ def test_same_or_empty_new_passphrase_is_refused():
             change_passphrase(db, OLD, new)
 
 
-def test_epoch_rotation_is_not_supported():
-    db = DB(MemoryStorage(), password=OLD, kdf="fast")
-    with pytest.raises(NotSupportedError, match="epoch"):
-        rotate_epoch(db)
+def test_epoch_rotation_seals_new_blobs_under_a_new_epoch_that_others_learn():
+    store = MemoryStorage()
+    writer = DB(store, password=OLD, kdf="fast")
+    reader = DB(store, password=OLD, kdf="fast")
+    writer.add(*(Item(name=f"old{i}") for i in range(20)))
+    assert len(reader[Item].query(name="old3")) == 1
+    assert rotate_epoch(writer, OLD) == 2
+    assert writer.keyring.epochs == (1, 2) and writer.keys.current_epoch == 2
+    writer.add(*(Item(name=f"new{i}") for i in range(20)))
+    sealed = store._databases[("local", "main")].blobs.values()  # what the store holds
+    assert {int.from_bytes(b[6:10], "big") for b in sealed} == {1, 2}  # header: key epoch
+    # The reader still holds epoch 1 only; it reloads the keyring on the first new blob.
+    assert reader.keyring.epochs == (1,)
+    assert {i.name for i in reader[Item].query(name="new7")} == {"new7"}
+    assert reader.keyring.epochs == (1, 2)
+    assert len(reader[Item]) == 40
+
+
+def test_a_keyring_that_lost_an_epoch_is_refused():
+    store = MemoryStorage()
+    db = DB(store, password=OLD, kdf="fast")
+    db.add(Item(name="a"))
+    keyrings = store._databases[("local", "main")].keyrings
+    before = dict(keyrings)
+    rotate_epoch(db, OLD)
+    db.add(Item(name="b"))
+    keyrings.update(before)  # the server rolls the keyring back
+    with pytest.raises(IntegrityError, match="lost key epochs"):
+        db.reload_keyring()
 
 
 def test_status_comes_from_the_root():

@@ -359,9 +359,24 @@ def test_rotate_key_changes_the_passphrase(zalias, monkeypatch):
     assert Employee.objects.using(zalias).count() == 5
 
 
+@db
+def test_rotate_key_new_epoch(zalias):
+    fill(zalias, n=10)
+    out, _ = run("zerodb_rotate_key", "--database", zalias, "--new-epoch")
+    assert "Key epoch 2 started" in out
+    engine = connections[zalias].session.engine
+    assert engine.keyring.epochs == (1, 2) and engine.keys.current_epoch == 2
+    Employee.objects.using(zalias).filter(salary__lt=5000).update(title="rotated")
+    store = connections[zalias].settings_dict["OPTIONS"]["STORE"]
+    connections[zalias].close()
+    forget_engines(store)  # a new process: opens the keyring with both epochs
+    assert Employee.objects.using(zalias).filter(title="rotated").count() == 5
+    assert run("zerodb_verify", "--database", zalias)[0]
+
+
 def test_rotate_key_refusals(monkeypatch):
-    with pytest.raises(CommandError, match="NotSupported: rotating the master-key epoch"):
-        run("zerodb_rotate_key", "--new-epoch")
+    with pytest.raises(CommandError, match="one at a time"):
+        run("zerodb_rotate_key", "--new-epoch", "--new-passphrase-env", "X")
     with pytest.raises(CommandError, match="--new-passphrase-env"):
         run("zerodb_rotate_key")
     monkeypatch.delenv("ZERODB_UNSET_VARIABLE", raising=False)

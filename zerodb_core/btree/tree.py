@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add, itemgetter
 from typing import Any
 
 from zerodb_core.btree.node import CHILD_OVERHEAD, ENTRY_OVERHEAD, NODE_OVERHEAD, Inner, Leaf, Node
@@ -115,8 +117,12 @@ class BTree:
     def put_many(self, items: list[tuple[bytes, bytes]]) -> None:
         """Insert or replace many entries, sorted by key (no key twice).
 
-        One descent per leaf touched instead of one per key: bulk loads and index
-        maintenance of a batch of records spend their time in ``list.insert``.
+        One descent per leaf touched instead of one per key, and within a leaf each run
+        of new keys that falls between two neighbouring keys (or after the last one) goes
+        in as one slice: bulk loads, whose keys arrive in order at the end of a leaf or
+        of a key prefix, cost a few C-level list operations per leaf rather than a
+        ``list.insert`` per key. Leaves split exactly where inserting the entries one by
+        one would split them (right after the entry that overflows).
         """
         ws = self.ws
         n = len(items)
@@ -124,40 +130,63 @@ class BTree:
         while i < n and self.ref.root is None:
             self.put(*items[i])
             i += 1
+        if i >= n:
+            return
+        new_keys = list(map(itemgetter(0), items))
+        new_values = list(map(itemgetter(1), items))
+        # ends[t] - ends[s] is what entries s..t-1 add to a leaf's size.
+        sizes = map(add, map(len, new_keys), map(len, new_values))
+        ends = list(accumulate(map(add, sizes, repeat(ENTRY_OVERHEAD)), initial=0))
+        max_bytes = self.max_bytes
         while i < n:
-            path, leaf = self._path(items[i][0])
-            hi = None  # keys from here on belong to a leaf further right
+            path, leaf = self._path(new_keys[i])
+            stop = n  # keys from here on belong to a leaf further right
+            edge = True  # no leaf further right
             for parent, j in reversed(path):
                 if j + 1 < len(parent.keys):
-                    hi = parent.keys[j + 1]
+                    stop = bisect_left(new_keys, parent.keys[j + 1], i, n)
+                    edge = False
                     break
             leaf = ws.writable(leaf)
             keys, values = leaf.keys, leaf.values
-            delta = 0
-            pos = 0
-            count = len(keys)
+            count = initial = len(keys)
             size = leaf.size
-            max_bytes = self.max_bytes
-            while i < n:
-                key, value = items[i]
-                if hi is not None and key >= hi:
-                    break
-                pos = bisect_left(keys, key, pos)
-                if pos < count and keys[pos] == key:
-                    size += len(value) - len(values[pos])
-                    values[pos] = value
+            pos = last = 0
+            while i < stop:
+                key = new_keys[i]
+                pos = bisect_left(keys, key, pos, count)
+                if pos < count:
+                    following = keys[pos]
+                    if following == key:
+                        value = new_values[i]
+                        size += len(value) - len(values[pos])
+                        values[pos] = value
+                        last = pos
+                        i += 1
+                        if size > max_bytes:
+                            break
+                        continue
+                    run_end = bisect_left(new_keys, following, i + 1, stop)
                 else:
+                    run_end = stop
+                # new_keys[i:run_end] all go in before keys[pos]: as many as fit, up to
+                # and including the one that overflows the leaf.
+                end = bisect_right(ends, max_bytes - size + ends[i], i + 1, run_end)
+                if end == i + 1:
                     keys.insert(pos, key)
-                    values.insert(pos, value)
-                    size += len(key) + len(value) + ENTRY_OVERHEAD
-                    count += 1
-                    delta += 1
-                i += 1
+                    values.insert(pos, new_values[i])
+                else:
+                    keys[pos:pos] = new_keys[i:end]
+                    values[pos:pos] = new_values[i:end]
+                size += ends[end] - ends[i]
+                count += end - i
+                pos += end - i
+                last = pos - 1
+                i = end
                 if size > max_bytes:
                     break  # split now; the rest goes in by a new descent
             leaf.size = size
-            rightmost = hi is None and pos == len(keys) - 1
-            self._grow(path, leaf, delta, rightmost)
+            self._grow(path, leaf, count - initial, edge and last == count - 1)
 
     def delete(self, key: bytes) -> bytes | None:
         """Remove ``key``; return its value, or None if it was absent."""
@@ -236,10 +265,10 @@ class BTree:
             acc = 0
             cut = 1
             if node.is_leaf:
-                for cut, (k, v) in enumerate(zip(node.keys, node.values), 1):  # noqa: B007
-                    acc += len(k) + len(v) + ENTRY_OVERHEAD
-                    if acc >= half:
-                        break
+                # The first cut whose left part holds at least half the bytes.
+                sizes = map(add, map(len, node.keys), map(len, node.values))
+                ends = list(accumulate(map(add, sizes, repeat(ENTRY_OVERHEAD))))
+                cut = bisect_left(ends, half) + 1
             else:
                 for cut, k in enumerate(node.keys, 1):  # noqa: B007
                     acc += len(k) + CHILD_OVERHEAD

@@ -38,7 +38,7 @@ from nacl.exceptions import CryptoError
 from zerodb_core.crypto._wire import length_prefixed
 from zerodb_core.crypto.keys import KeyHierarchy
 from zerodb_core.crypto.padding import is_size_class, pad, unpad
-from zerodb_core.exceptions import IntegrityError
+from zerodb_core.exceptions import IntegrityError, UnknownEpochError
 
 
 class BlobKind(IntEnum):
@@ -95,6 +95,10 @@ class BlobSealer:
         self.database = database
         self._aad_suffix = length_prefixed(tenant, database)
 
+    def use_keys(self, keys: KeyHierarchy) -> None:
+        """Seal and open with a newer key hierarchy (after a key epoch rotation)."""
+        self._keys = keys
+
     def seal(self, kind: BlobKind, blob_id: bytes, payload: bytes) -> bytes:
         """Pad, encrypt and authenticate ``payload`` as blob ``blob_id`` of ``kind``."""
         kind = BlobKind(kind)
@@ -108,7 +112,14 @@ class BlobSealer:
         )
         return header + nonce + ciphertext
 
-    def open(self, kind: BlobKind, blob_id: bytes, sealed: bytes) -> bytes:
+    def open(
+        self,
+        kind: BlobKind,
+        blob_id: bytes,
+        sealed: bytes,
+        *,
+        unknown_epoch: type[IntegrityError] = UnknownEpochError,
+    ) -> bytes:
         """Return the payload of ``sealed``, which must be blob ``blob_id`` of ``kind``.
 
         Raise ``IntegrityError`` naming the first check that failed: length, magic,
@@ -140,7 +151,9 @@ class BlobSealer:
         try:
             key = self._keys.blob_key(epoch)
         except KeyError:
-            raise IntegrityError(f"blob {blob_id.hex()}: unknown key epoch {epoch}") from None
+            # UnknownEpochError lets the caller reload the keyring and try once more;
+            # that second try passes IntegrityError: then it is a forged header.
+            raise unknown_epoch(f"blob {blob_id.hex()}: unknown key epoch {epoch}") from None
         try:
             padded = crypto_aead_xchacha20poly1305_ietf_decrypt(
                 sealed[CIPHERTEXT_OFFSET:],

@@ -1,4 +1,4 @@
-"""``manage.py zerodb_rotate_key``: change the passphrase (a new key epoch is refused)."""
+"""``manage.py zerodb_rotate_key``: start a new key epoch, or change the passphrase."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django_zerodb.management.utils import (
     encrypted_connection,
 )
 from zerodb_core.crypto import PRESETS
-from zerodb_core.rekey import EPOCH_ROTATION_UNSUPPORTED, change_passphrase
+from zerodb_core.rekey import change_passphrase, rotate_epoch
 
 
 class Command(BaseCommand):
@@ -52,13 +52,27 @@ class Command(BaseCommand):
         parser.add_argument(
             "--new-epoch",
             action="store_true",
-            help="start a new master-key epoch: NOT SUPPORTED by the engine yet (running "
-            "clients would not learn the new key); the command refuses",
+            help="start a new master-key epoch (new blobs are sealed under a new random "
+            "master key; nothing is re-encrypted)",
         )
 
     def handle(self, *args, **options) -> None:
         if options["new_epoch"]:
-            raise CommandError(f"NotSupported: {EPOCH_ROTATION_UNSUPPORTED}")
+            if options["new_passphrase_env"]:
+                raise CommandError("--new-epoch and --new-passphrase-env: one at a time")
+            connection = encrypted_connection(options["database"])
+            params = connection_params(connection)
+            with command_errors(f"rotating the key epoch of {connection.alias!r}"):
+                epoch = rotate_epoch(
+                    connection.session.engine, params["passphrase"], username=params["username"]
+                )
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Key epoch {epoch} started for user {params['username']!r}: new blobs "
+                    "are sealed under a new master key. Old blobs keep their epochs."
+                )
+            )
+            return
         var = options["new_passphrase_env"]
         if not var:
             raise CommandError("pass --new-passphrase-env VAR (the variable holding the new one)")

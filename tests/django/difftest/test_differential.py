@@ -475,6 +475,28 @@ AGGREGATES = {
 GROUP_ITEM_FIELDS = {k: v for k, v in ITEM_FIELDS.items() if not k.startswith("group")}
 
 
+@dataclass(frozen=True)
+class Agg:
+    """One aggregate: ``fn(arg, distinct=..., filter=...)``, named ``key``."""
+
+    key: str  # starts with the function's name: "avg..." is compared approximately
+    fn: Any
+    arg: str
+    distinct: bool = False
+    where: Any = None
+
+    def render(self, using: str):
+        kwargs: dict[str, Any] = {"distinct": True} if self.distinct else {}
+        if self.where is not None:
+            kwargs["filter"] = self.where.q(using)
+        return self.fn(self.arg, **kwargs)
+
+    def __repr__(self) -> str:
+        extra = ", distinct=True" if self.distinct else ""
+        extra += "" if self.where is None else f", filter={self.where!r}"
+        return f"{self.key}={self.fn.__name__}({self.arg!r}{extra})"
+
+
 @dataclass
 class Spec:
     model: str  # "item" or "group"
@@ -498,18 +520,20 @@ class Spec:
         elif kind == "distinct":
             qs = qs.values_list(*self.op[1]).distinct().order_by(*self.op[1])
         elif kind == "group":
-            name, fn, arg = self.op[2]
-            qs = qs.values(self.op[1]).annotate(**{name: fn(arg)}).order_by(self.op[1])
+            agg = self.op[2]
+            qs = qs.values(self.op[1]).annotate(**{agg.key: agg.render(using)})
+            qs = qs.order_by(self.op[1])
         elif kind == "annotate":
-            name, fn, arg = self.op[1]
-            where = {} if self.op[2] is None else {"filter": self.op[2].q(using)}
-            qs = qs.annotate(**{name: fn(arg, **where)})
-            qs = qs.order_by(*self.order).values_list("pk", name)
+            agg = self.op[1]
+            qs = qs.annotate(**{agg.key: agg.render(using)})
+            qs = qs.order_by(*self.order).values_list("pk", agg.key)
         elif kind == "distinct_pks":
             qs = qs.order_by(*self.order).distinct().values_list("pk", flat=True)
         else:
             qs = qs.order_by(*self.order)
-            if kind == "pks":
+            if kind == "reverse":
+                qs = qs.reverse()
+            if kind in ("pks", "reverse", "first", "last"):
                 qs = qs.values_list("pk", flat=True)
         if self.low is not None or self.high is not None:
             qs = qs[self.low : self.high]
@@ -524,12 +548,12 @@ class Spec:
     def _run(self, using: str) -> Any:
         qs = self.queryset(using)
         kind = self.op[0]
-        if kind == "count":
+        if kind in ("count", "exists", "first", "last"):
+            return getattr(qs, kind)()
+        if kind == "distinct" and self.op[2]:
             return qs.count()
-        if kind == "exists":
-            return qs.exists()
         if kind == "aggregate":
-            return qs.aggregate(**{name: fn(arg) for name, fn, arg in self.op[1]})
+            return qs.aggregate(**{agg.key: agg.render(using) for agg in self.op[1]})
         return list(qs)
 
     def __repr__(self) -> str:
@@ -547,32 +571,37 @@ class Spec:
             fields = ", ".join(map(repr, self.op[1]))
             code += f".values_list({fields}).distinct().order_by({fields})"
         elif kind == "group":
-            name, fn, arg = self.op[2]
-            code += f".values({self.op[1]!r}).annotate({name}={fn.__name__}({arg!r}))"
-            code += f".order_by({self.op[1]!r})"
+            code += f".values({self.op[1]!r}).annotate({self.op[2]!r}).order_by({self.op[1]!r})"
         elif kind == "annotate":
-            name, fn, arg = self.op[1]
-            where = "" if self.op[2] is None else f", filter={self.op[2]!r}"
-            code += f".annotate({name}={fn.__name__}({arg!r}{where})).order_by({order})"
-            code += f".values_list('pk', {name!r})"
+            code += f".annotate({self.op[1]!r}).order_by({order})"
+            code += f".values_list('pk', {self.op[1].key!r})"
         elif kind == "distinct_pks":
             code += f".order_by({order}).distinct().values_list('pk', flat=True)"
         else:
             code += f".order_by({order})"
-            if kind == "pks":
+            if kind == "reverse":
+                code += ".reverse()"
+            if kind in ("pks", "reverse", "first", "last"):
                 code += ".values_list('pk', flat=True)"
         if self.low is not None or self.high is not None:
-            code += (
-                f"[{'' if self.low is None else self.low}:{'' if self.high is None else self.high}]"
-            )
-        if kind in ("count", "exists"):
-            code += f".{kind}()"
+            low = "" if self.low is None else self.low
+            high = "" if self.high is None else self.high
+            code += f"[{low}:{high}]"
+        if kind in ("count", "exists", "first", "last") or (kind == "distinct" and self.op[2]):
+            code += f".{'count' if kind == 'distinct' else kind}()"
         elif kind == "aggregate":
-            args = ", ".join(f"{n}={fn.__name__}({a!r})" for n, fn, a in self.op[1])
-            code += f".aggregate({args})"
+            code += f".aggregate({', '.join(map(repr, self.op[1]))})"
         if self.tz is not None:
             code = f"with timezone.override({self.tz!r}): {code}"
         return code
+
+
+def _agg(r: random.Random, key: str, fields_of=None, prefix: str = "", where=None) -> Agg:
+    name = r.choice(list(AGGREGATES) if fields_of is None else fields_of)
+    fn, fields = AGGREGATES[name]
+    fields = [f for f in fields if not (prefix and f.startswith("group"))]
+    distinct = name in ("Count", "Sum", "Avg") and r.random() < 0.25
+    return Agg(f"{name.lower()}{key}", fn, prefix + r.choice(fields), distinct, where)
 
 
 def make_spec(data: Data, seed: int, index: int) -> Spec:
@@ -593,27 +622,21 @@ def make_spec(data: Data, seed: int, index: int) -> Spec:
         high = r.choice([None, (low or 0) + r.choice([0, 1, 3, 10, 50])])
         if low is None and high is None:
             high = 7
-    kind = r.choices(
-        ["pks", "count", "exists", "aggregate", "values", "flat", "distinct", "group"],
-        [5, 2, 1, 3, 2, 2, 2, 2],
-    )[0]
+    kinds = {"pks": 5, "count": 2, "exists": 1, "aggregate": 3, "values": 2, "flat": 2}
+    kinds |= {"distinct": 2, "group": 2, "reverse": 1, "first": 1, "last": 1}
+    kind = r.choices(list(kinds), list(kinds.values()))[0]
+    if kind == "last":
+        low = high = None  # Django cannot reverse a sliced queryset
     if kind == "aggregate":
-        chosen = []
-        for i in range(r.randint(1, 4)):
-            name = r.choice(list(AGGREGATES))
-            fn, fields = AGGREGATES[name]
-            chosen.append((f"{name.lower()}{i}", fn, r.choice(fields)))
-        op = ("aggregate", tuple(chosen))
+        op = ("aggregate", tuple(_agg(r, str(i)) for i in range(r.randint(1, 4))))
     elif kind == "values":
         op = ("values", tuple(r.sample(ITEM_VALUES, r.randint(1, 3))))
     elif kind == "flat":
         op = ("flat", r.choice(ITEM_VALUES))
     elif kind == "distinct":
-        op = ("distinct", tuple(r.sample(ITEM_VALUES, r.randint(1, 2))))
+        op = ("distinct", tuple(r.sample(ITEM_VALUES, r.randint(1, 2))), r.random() < 0.3)
     elif kind == "group":
-        name = r.choice(list(AGGREGATES))
-        fn, fields = AGGREGATES[name]
-        op = ("group", r.choice(ITEM_VALUES), (name.lower(), fn, r.choice(fields)))
+        op = ("group", r.choice(ITEM_VALUES), _agg(r, ""))
     else:
         op = (kind,)
     return Spec("item", steps, order, low, high, op, _zone(r))
@@ -630,11 +653,8 @@ def _group_spec(r: random.Random, data: Data) -> Spec:
         order.insert(0, r.choice(["name", "-name", "rank", "-rank"]))
     kind = r.choice(["pks", "count", "distinct_pks", "annotate", "annotate"])
     if kind == "annotate":
-        name = r.choice(["Count", "Sum", "Min", "Max"])
-        fn, agg_fields = AGGREGATES[name]
-        agg_fields = [f for f in agg_fields if not f.startswith("group")]
         where = _tree(r, data, "group+items", 2, special=False) if r.random() < 0.3 else None
-        op = ("annotate", (name.lower(), fn, "items__" + r.choice(agg_fields)), where)
+        op = ("annotate", _agg(r, "", ["Count", "Sum", "Min", "Max"], "items__", where))
     else:
         op = (kind,)
     return Spec("group", steps, order, None, None, op, _zone(r))
