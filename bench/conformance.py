@@ -34,11 +34,9 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -47,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.publish import update_doc
+from bench.publish import machine, update_doc
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "conformance.md"
@@ -393,27 +391,6 @@ def progress_line(index: int, total: int, app: str, result: dict[str, Any]) -> s
 
 def now_iso() -> str:
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = os.cpu_count()
-    return {
-        "cpu": model,
-        "cores": cores,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "sqlite": sqlite3.sqlite_version,
-        "summary": f"{cores} cores ({model}), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
-    }
 
 
 def code_version() -> dict[str, Any]:

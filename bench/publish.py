@@ -5,6 +5,9 @@ other's sections)."""
 from __future__ import annotations
 
 import json
+import os
+import platform
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +52,25 @@ def update_doc(table: str, *, name: str, heading: str, doc: Path = DOC) -> None:
     else:
         text = text.rstrip("\n") + f"\n\n## {heading}\n\n" + block + "\n"
     doc.write_text(text)
+
+
+def machine() -> dict[str, Any]:
+    """The machine a benchmark ran on, for its report (CPU model, cores, versions)."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = os.cpu_count()
+    return {
+        "cpu": model,
+        "cores": cores,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "summary": f"{cores} cores ({model}), Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}",
+    }
