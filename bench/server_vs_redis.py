@@ -265,14 +265,18 @@ class RawCommitter:
         self.script = self.redis.register_script(_COMMIT)
         tag = hashlib.blake2b(database.encode(), digest_size=16).hexdigest().encode()
         self.base = b"raw:{" + tag + b"}:"
-        self.fixed = [self.base + b"root", self.base + b"s", self.base + b"g"]
+        # root, stats, garbage, keyrings, then the tenant's usage and databases (the
+        # script's quota bookkeeping), as RedisStorage.commit passes them.
+        self.fixed = [self.base + s for s in (b"root", b"s", b"g", b"k", b"u", b"d")]
+        self.tags = [tag, tag]
 
     def seq(self) -> int:
         return int(self.redis.hget(self.fixed[0], "seq") or 0)
 
     def commit(self, seq: int, root: bytes, blobs: dict[bytes, bytes]) -> tuple[bool, int]:
         keys = self.fixed + [self.base + b"b:" + i.hex().encode() for i in blobs]
-        argv = [str(seq), str(seq + 1), root, repr(time.time()), *blobs.values()]
+        argv = [str(seq), str(seq + 1), root, repr(time.time()), b"", b"", *self.tags]
+        argv += list(blobs.values())
         reply = self.script(keys, argv)
         if reply[0] == 1:
             return True, seq + 1
