@@ -31,8 +31,9 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 install: $(STAMP)
 
 # The example HR site (example_project/): migrate, seed once, run on 127.0.0.1:8000.
+# DEMO_ARGS passes options to demo.py, e.g. make demo DEMO_ARGS="--addr 127.0.0.1:8080".
 demo: $(STAMP)
-	$(PY) example_project/demo.py
+	$(PY) example_project/demo.py $(DEMO_ARGS)
 
 demo-native: $(STAMP)
 	$(PY) -m zerodb_core.demo

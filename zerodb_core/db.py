@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DATABASE = "main"
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
-MAX_COMMIT_RETRIES = 16
+MAX_COMMIT_RETRIES = 32
 # Before each replay a client waits a random time below 2 ms, 4 ms, ... 256 ms (full
 # jitter). Without it a client committing in a loop wins every race (its next commit
 # costs one round trip, a replay also reads the winner's new nodes) and starves the

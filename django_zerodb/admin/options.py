@@ -43,7 +43,7 @@ from django.contrib.admin.utils import lookup_spawns_duplicates
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.paginator import InvalidPage
-from django.db import models, router
+from django.db import connections, models, router
 from django.db.models.constants import LOOKUP_SEP
 from django.utils.text import smart_split, unescape_string_literal
 
@@ -97,8 +97,6 @@ class SearchLookup:
 
 def is_encrypted(model: type[models.Model]) -> bool:
     """Whether ``model`` is read from a django_zerodb database."""
-    from django.db import connections
-
     return connections[router.db_for_read(model)].vendor == "zerodb"
 
 

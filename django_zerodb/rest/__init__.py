@@ -19,3 +19,28 @@ One module per concept, as in DRF itself:
 Nothing here is imported by the backend itself: the package needs
 ``djangorestframework``, ``django-filter`` and ``drf-spectacular``. See docs/rest.md.
 """
+
+from typing import Any
+
+# The names users import, resolved on first use (importing DRF needs configured settings).
+_EXPORTS = {
+    "ZeroModelViewSet": "django_zerodb.rest.viewsets",
+    "ZeroRouter": "django_zerodb.rest.routers",
+    "RankedSearchFilter": "django_zerodb.rest.filters",
+    "ZeroPageNumberPagination": "django_zerodb.rest.pagination",
+    "ZeroCursorPagination": "django_zerodb.rest.pagination",
+    "ZeroModelPermissions": "django_zerodb.rest.permissions",
+    "QueryParser": "django_zerodb.rest.query",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = sorted(_EXPORTS)

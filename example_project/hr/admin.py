@@ -1,13 +1,20 @@
-"""The admin of the encrypted HR models: plain ModelAdmins, served by the router.
+"""The admin of the encrypted HR models, on ``django_zerodb.admin.ZeroModelAdmin``.
 
-(``django_zerodb.admin.ZeroModelAdmin`` will bring ranked search and plan display; the
-admin here uses only what Django ships.)
+* Employee: filters by department, status and hire date, the date hierarchy, every
+  column sortable, and a search served by the indexes: last name prefix (indexed:
+  case-sensitive), first name prefix, exact email (unique index) and the full-text index
+  of the bios (``@bio``: ranked when no column is sorted).
+* Department: the employees of a department inline, with a head count.
+* The index links to the "Encrypted store" page (``django_zerodb.admin.urls``).
 """
 
 from django.contrib import admin
 from django.db.models import Count
 
+from django_zerodb.admin import ZeroModelAdmin
 from hr.models import Department, Employee
+
+admin.site.index_template = "django_zerodb/admin/index.html"
 
 
 class EmployeeInline(admin.TabularInline):
@@ -19,9 +26,10 @@ class EmployeeInline(admin.TabularInline):
 
 
 @admin.register(Department)
-class DepartmentAdmin(admin.ModelAdmin):
+class DepartmentAdmin(ZeroModelAdmin):
     list_display = ["name", "budget", "headcount"]
-    search_fields = ["name"]
+    search_fields = ["^name"]
+    ordering = ["name"]  # a unique index: paged by the index
     inlines = [EmployeeInline]
 
     def get_queryset(self, request):
@@ -33,7 +41,7 @@ class DepartmentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Employee)
-class EmployeeAdmin(admin.ModelAdmin):
+class EmployeeAdmin(ZeroModelAdmin):
     list_display = [
         "last_name",
         "first_name",
@@ -46,10 +54,9 @@ class EmployeeAdmin(admin.ModelAdmin):
     ]
     list_display_links = ["last_name", "first_name"]
     list_filter = ["department", "is_active", "hire_date"]
-    search_fields = ["first_name", "last_name", "email"]
+    search_fields = ["^last_name", "^first_name", "=email", "@bio"]
     date_hierarchy = "hire_date"
     list_select_related = ["department"]
-    list_per_page = 50
     fieldsets = [
         (None, {"fields": [("first_name", "last_name"), "email", "title", "department"]}),
         ("Employment", {"fields": ["salary", "hire_date", "is_active"]}),

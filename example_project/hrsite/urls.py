@@ -19,6 +19,9 @@ def api_placeholder(request):
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="hr:employee_list"), name="home"),
     path("", include("hr.urls")),
+    # The admin's "Encrypted store" page; before admin.site.urls, whose catch-all would
+    # answer first.
+    path("admin/zerodb/", include("django_zerodb.admin.urls")),
     path("admin/", admin.site.urls),
     path("api/", api_placeholder, name="api"),
 ]

@@ -1,0 +1,256 @@
+"""docs/tutorial.md, run as written: every fenced block of the tutorial, in order.
+
+The doc cannot drift from what is tested, because the blocks *are* the test. Each fenced
+block's info string says what to do with it, and a block this test does not know fails
+it:
+
+* ``sh``: run with bash (``-e -o pipefail``) as one session would: the working
+  directory and the exported variables carry over to the next block;
+* ``sh server=/path``: started in the background (a second terminal); the test waits for
+  ``http://127.0.0.1:8000/path`` to answer, and stops it at the next ``server`` block or
+  at the end;
+* ``python file=PATH`` / ``python append=PATH``: written to / appended to ``PATH``,
+  relative to the working directory;
+* ``text output`` / ``json output``: what the ``sh`` block before it prints. Each line
+  must appear in the output, in order; ``...`` in a line matches anything.
+
+The sandbox: ``HOME`` is a temporary directory (the tutorial works in ``~/zerodb-tutorial``),
+the first block runs in the checkout (``make demo`` with ``HRSITE_VAR_DIR`` in the
+temporary directory, so ``example_project/var`` is not touched; ``DEMO_ARGS`` seeds fewer
+employees), ``127.0.0.1:8000`` becomes a free port, and the test-only fast KDF is used.
+After the doc, the tutorial project's admin is checked over HTTP: log in, search, the
+"Encrypted store" page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.cookiejar
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ARTIFACTS, ROOT, clean_env, free_port
+
+pytestmark = pytest.mark.xdist_group("e2e")
+
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+DOC_ADDRESS = "127.0.0.1:8000"
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+KINDS = {"sh", "sh server", "python file", "python append", "text output", "json output"}
+
+
+@dataclasses.dataclass
+class Block:
+    kind: str  # one of KINDS
+    arg: str | None  # the path of server=, file=, append=
+    body: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"docs/tutorial.md:{self.line} ({self.kind})"
+
+
+def parse(text: str) -> list[Block]:
+    blocks = []
+    for match in FENCE.finditer(text):
+        info, body = match.group(1).strip(), match.group(2)
+        line = text.count("\n", 0, match.start()) + 1
+        words = info.split()
+        arg = None
+        kind = " ".join(words)
+        if len(words) == 2 and "=" in words[1]:
+            option, _, arg = words[1].partition("=")
+            kind = f"{words[0]} {option}"
+        assert kind in KINDS, (
+            f"docs/tutorial.md:{line}: a ```{info} block: tests/e2e/test_tutorial.py does not "
+            f"know how to run it (known: {', '.join(sorted(KINDS))})"
+        )
+        blocks.append(Block(kind, arg, body, line))
+    return blocks
+
+
+def test_the_tutorial_parses():
+    blocks = parse(TUTORIAL.read_text())
+    kinds = [b.kind for b in blocks]
+    assert kinds[0] == "sh server" and "make demo" in blocks[0].body
+    assert kinds.count("sh server") == 3
+    assert all(
+        b.kind != "text output" or blocks[i - 1].kind == "sh" for i, b in enumerate(blocks)
+    ), "an output block must follow a sh block"
+    with pytest.raises(AssertionError, match="does not know"):
+        parse("```bash\nls\n```\n")
+
+
+def matches(expected: str, output: str, block: Block) -> None:
+    """Each non-blank line of ``expected`` is in ``output``, in order (``...`` is a
+    wildcard)."""
+    lines = [line.strip() for line in output.splitlines()]
+    position = 0
+    for want in expected.splitlines():
+        want = want.strip()
+        if not want or want == "...":
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in want.split("...")))
+        for i in range(position, len(lines)):
+            if pattern.fullmatch(lines[i]):
+                position = i + 1
+                break
+        else:
+            raise AssertionError(f"{block}: {want!r} is not in the output:\n{output}")
+
+
+class Session:
+    """A shell session: the working directory and exported variables of the last block."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], state: Path, port: int) -> None:
+        self.cwd = cwd
+        self.env = env
+        self.state = state
+        self.port = port
+        self.servers: list[tuple[Block, subprocess.Popen, Path]] = []
+
+    def localize(self, text: str) -> str:
+        return text.replace(DOC_ADDRESS, f"127.0.0.1:{self.port}")
+
+    def run(self, block: Block) -> str:
+        script = (
+            f"{self.localize(block.body)}\n"
+            f"pwd > {shlex.quote(str(self.state / 'cwd'))}\n"
+            f"env -0 > {shlex.quote(str(self.state / 'env'))}\n"
+        )
+        result = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, f"{block} exited with {result.returncode}:\n{output}"
+        self.cwd = Path((self.state / "cwd").read_text().strip())
+        pairs = (self.state / "env").read_bytes().decode().split("\0")
+        self.env = dict(p.split("=", 1) for p in pairs if "=" in p)
+        return output
+
+    def start(self, block: Block) -> None:
+        self.stop()
+        log = self.state / f"server-{block.line}.log"
+        server = subprocess.Popen(
+            ["bash", "-e", "-c", f"exec {self.localize(block.body).strip()}"],
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # make, python and runserver's reloader: one group
+        )
+        self.servers.append((block, server, log))
+        url = f"http://127.0.0.1:{self.port}{block.arg}"
+        deadline = time.monotonic() + 240  # the first `make demo` may install
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                return
+            except urllib.error.HTTPError as error:
+                assert error.code < 500, f"{block}: {url} answered {error.code}:\n{log.read_text()}"
+                return
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"{block}: {url} did not answer:\n{log.read_text()}"
+                    ) from None
+                time.sleep(0.25)
+
+    def stop(self) -> None:
+        for _, server, _ in self.servers:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+                try:
+                    server.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+        self.servers = []
+
+
+def test_the_tutorial(tmp_path):
+    blocks = parse(TUTORIAL.read_text())
+    home = tmp_path / "home"
+    state = tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    port = free_port()
+    env = clean_env(
+        HOME=str(home),
+        HRSITE_VAR_DIR=str(tmp_path / "demo-var"),
+        DEMO_ARGS=f"--addr 127.0.0.1:{port} --employees 300",
+    )
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("MAKEFLAGS", None)
+    env.pop("MAKELEVEL", None)
+    session = Session(ROOT, env, state, port)
+    demo_var = ROOT / "example_project" / "var"
+    before = sorted(demo_var.rglob("*")) if demo_var.exists() else None
+    output = None
+    ARTIFACTS.mkdir(exist_ok=True)
+    transcript = (ARTIFACTS / "tutorial-transcript.txt").open("w")
+    try:
+        for block in blocks:
+            if block.kind == "sh":
+                output = session.run(block)
+                transcript.write(f"$ {block.body.strip()}\n{output}\n")
+            elif block.kind == "sh server":
+                session.start(block)
+                output = None
+            elif block.kind in ("text output", "json output"):
+                assert output is not None, f"{block}: no sh block before it"
+                matches(block.body, output, block)
+            else:
+                path = session.cwd / block.arg
+                with path.open("a" if block.kind == "python append" else "w") as f:
+                    f.write(block.body)
+        project = home / "zerodb-tutorial"
+        assert (project / "notebook.zdb").exists()
+        check_admin(f"http://127.0.0.1:{port}")
+    finally:
+        session.stop()
+        transcript.close()
+    # `make demo` ran on the temporary var dir: the checkout's is as it was.
+    assert (sorted(demo_var.rglob("*")) if demo_var.exists() else None) == before
+
+
+def check_admin(base: str) -> None:
+    """The tutorial project's admin, logged in as its superuser."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{base}/admin/login/").read()
+    token = next(c.value for c in jar if c.name == "csrftoken")
+    data = urllib.parse.urlencode(
+        {
+            "username": "admin",
+            "password": "pick-a-better-one",
+            "csrfmiddlewaretoken": token,
+            "next": "/admin/",
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{base}/admin/login/", data=data, headers={"Referer": f"{base}/admin/login/"}
+    )
+    index = opener.open(request).read().decode()
+    assert "Site administration" in index and "/admin/zerodb/" in index, index[:3000]
+    notes = opener.open(f"{base}/admin/notes/note/?q=kernel").read().decode()
+    assert "2 results" in notes and "Kernel notes" in notes and "Groceries" not in notes
+    store = opener.open(f"{base}/admin/zerodb/").read().decode()
+    assert "notes.Note" in store and "notebook.zdb" in store
+    assert "correct horse" not in store  # never the passphrase
