@@ -10,7 +10,9 @@ the other: the same test, with the same ORM calls and no ``using()``, runs on bo
 stores. ``migrate`` runs the encrypted apps only on the alias the router names (and
 records them as applied everywhere), so ``django_db_setup`` unapplies testapp on
 ``encrypted_sqlite`` (``--fake``) and migrates it again with the setting pointed at it.
-Modules that should run on both stores mark themselves with ``BOTH_STORES``.
+Modules that should run on both stores mark themselves with ``BOTH_STORES``. A
+``transaction=True`` test on ``encrypted_sqlite`` is emptied by the ``store`` fixture
+itself, since pytest-django flushes after the setting is gone.
 """
 
 from __future__ import annotations
