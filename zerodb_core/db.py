@@ -75,7 +75,8 @@ class DB:
     which tree nodes split (tests make it small to get deep trees from little data).
     For a blob server only: ``tls`` (True, or an ``ssl.SSLContext``) and ``ca_file`` (the
     CA bundle that signed the server's certificate; implies TLS) encrypt the connection,
-    ``timeout`` bounds connecting and each answer (seconds, default 30).
+    ``timeout`` bounds connecting and each answer (seconds, default 30), ``pool_size``
+    is the most connections threads may use at once (default 4).
     """
 
     def __init__(
@@ -95,12 +96,13 @@ class DB:
         ca_file: str | os.PathLike | None = None,
         timeout: float | None = None,
         freshness: FreshnessTracker | None = None,
+        pool_size: int | None = None,
     ) -> None:
         if not password:
             raise QueryError("a password (passphrase) is required to open an encrypted database")
         self.database = database
         self.node_bytes = node_bytes
-        remote = {"tls": tls, "ca_file": ca_file, "timeout": timeout}
+        remote = {"tls": tls, "ca_file": ca_file, "timeout": timeout, "pool_size": pool_size}
         self.transport = _open_transport(
             store, delay, key_file=key_file, password=password, remote=remote
         )
@@ -471,7 +473,12 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
     """
     # Imported here so ``python -m zerodb_core.keyfile`` does not import itself twice.
     from zerodb_core.keyfile import KeyFile, pin_server
-    from zerodb_core.transport.remote import DEFAULT_TIMEOUT, RemoteTransport, tls_context
+    from zerodb_core.transport.remote import (
+        DEFAULT_POOL_SIZE,
+        DEFAULT_TIMEOUT,
+        RemoteTransport,
+        tls_context,
+    )
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")
@@ -493,6 +500,7 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
         ssl=tls_context(remote.get("tls"), remote.get("ca_file")),
         timeout=DEFAULT_TIMEOUT if remote.get("timeout") is None else remote["timeout"],
         server_id=key_file.server_id,
+        pool_size=DEFAULT_POOL_SIZE if remote.get("pool_size") is None else remote["pool_size"],
     )
     if key_file.server_id is None:
         try:

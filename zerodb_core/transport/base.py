@@ -8,6 +8,7 @@ fixed delay per round trip to make benchmarks show what a WAN would cost.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,11 +62,15 @@ class Transport(abc.ABC):
     def __init__(self, *, delay: float = 0.0) -> None:
         self.counters = TransportCounters()
         self.delay = delay
+        # Threads may share a transport (a pooled RemoteTransport runs their requests at
+        # once): ``+=`` on an attribute is not atomic, so the counters take a lock.
+        self._counters_lock = threading.Lock()
 
     def _account(self, sent: int, received: int) -> None:
-        self.counters.round_trips += 1
-        self.counters.bytes_sent += FRAME_OVERHEAD + sent
-        self.counters.bytes_received += FRAME_OVERHEAD + received
+        with self._counters_lock:
+            self.counters.round_trips += 1
+            self.counters.bytes_sent += FRAME_OVERHEAD + sent
+            self.counters.bytes_received += FRAME_OVERHEAD + received
         if self.delay:
             time.sleep(self.delay)
 

@@ -1,4 +1,4 @@
-"""The remote store: the blob server over one persistent TCP (optionally TLS) connection.
+"""The remote store: the blob server over persistent TCP (optionally TLS) connections.
 
 Connecting logs in with the random secp256k1 login key (challenge-response, see
 ``blob_server.auth``); the server then binds the connection to the key's tenant. The two
@@ -20,6 +20,16 @@ records it), and otherwise to the id its first login saw: a reconnect that reach
 server with another id (a DNS or routing change, an attacker's server) raises
 ``AuthenticationError`` naming both ids before anything is signed.
 
+Connection pool: threads sharing the transport run their requests at once on up to
+``pool_size`` connections. One is the *primary*: it alone subscribes and reads pushes
+(everything below about pushes is about it), and a thread uses it whenever it is free,
+so a single thread always does. A thread that finds it busy takes a free pooled
+connection, or opens one (lazily, logged in with the same key and held to the same
+server id) while fewer than ``pool_size`` exist, or waits for one; it keeps it for one
+exchange. A first root read of a database (which subscribes) waits for the primary;
+later root reads, blob reads and commits go anywhere. A failed pooled connection is
+closed and reopened on its next use (reads retried once, writes not, as on the primary).
+
 Root pushes: the first root read of a database on a connection is sent as
 ``subscribe`` + ``get_root`` pipelined (one round trip). From then on the server pushes
 ``[0, "root", {database, seq}]`` after every commit through it by another connection of
@@ -27,7 +37,11 @@ this tenant; pushes are read wherever they turn up: between answers inside an ex
 and before every request and every ``known_root_seq`` question (a non-blocking look at
 the socket, ``_drain``). Per database the connection keeps the highest seq it knows from
 pushes, root reads and commit answers since it subscribed; ``known_root_seq`` returns
-it, and the ``DB`` skips the root read while it equals the root it last verified.
+it, and the ``DB`` skips the root read while it equals the root it last verified. The
+root seqs that pooled connections see (root reads, commit answers) are folded in too, but
+only once the subscription is established: one read elsewhere while it is under way may
+predate commits it missed. While another thread uses the primary, ``known_root_seq``
+answers None (its pushes cannot be read then): the caller reads the root, never waits.
 
 Guarantee: a read reflects every commit whose push has arrived before the read began
 (and every commit this client made). A commit by someone else whose acknowledgement has
@@ -72,6 +86,7 @@ DEFAULT_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
+DEFAULT_POOL_SIZE = 4
 
 _AUTH_CODES = {protocol.AUTH_FAILED, protocol.RATE_LIMITED, protocol.UNAUTHENTICATED}
 # msgpack overhead of a commit request besides its payload bytes: per blob (a map entry
@@ -112,12 +127,28 @@ class _DroppedError(Exception):
         self.sent = sent
 
 
+class _Connection:
+    """One socket of the transport (logged in once ``sock`` is set), its frame buffer and
+    its request ids. Used by one thread at a time: the primary under the transport's
+    ``_lock``, a pooled one while taken from the pool."""
+
+    __slots__ = ("epoch", "ids", "receiver", "sock")
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.sock: socket.socket | None = None
+        self.receiver = protocol.FrameReceiver()
+        self.ids = itertools.count(1)
+        self.epoch = epoch  # the transport's close count when it was last given back
+
+
 class RemoteTransport(Transport):
     """Reach a blob server at ``(host, port)`` as ``tenant`` with a 32-byte login key.
 
     ``ssl`` turns on TLS (``server_hostname`` is the name the certificate must carry,
     ``host`` by default); ``timeout`` bounds connecting and every answer; ``server_id``
-    pins the server's id (see the module docstring).
+    pins the server's id (see the module docstring); ``pool_size`` is the most
+    connections open at once (the primary and up to ``pool_size - 1`` pooled ones, see
+    the module docstring).
     """
 
     def __init__(
@@ -132,8 +163,11 @@ class RemoteTransport(Transport):
         ssl: ssl_module.SSLContext | None = None,
         server_hostname: str | None = None,
         server_id: str | None = None,
+        pool_size: int = DEFAULT_POOL_SIZE,
     ) -> None:
         super().__init__(delay=delay)
+        if type(pool_size) is not int or pool_size < 1:
+            raise QueryError(f"pool_size must be an int of at least 1, not {pool_size!r}")
         if type(login_key) is not bytes or len(login_key) != 32:
             raise AuthenticationError("the login key must be 32 bytes")
         try:
@@ -147,24 +181,43 @@ class RemoteTransport(Transport):
         self.timeout = timeout
         self.ssl = ssl
         self.server_hostname = server_hostname or host
+        self.pool_size = pool_size
         # The id every login must find: the pinned one, else the first one seen.
         self.server_id: str | None = server_id
-        self.reconnects = 0  # connections opened after the first one
+        self.reconnects = 0  # primary connections opened after the first one
+        self.connections_opened = 0  # logins that succeeded, primary and pooled
         self._connected = False
-        self._sock: socket.socket | None = None
-        # Per subscribed database of the current connection, the highest root seq known
-        # since subscribing (None: subscribed, nothing known yet). Cleared with the socket.
-        self._subs: dict[str, int | None] = {}
-        self._no_push: set[str] = set()  # refused a subscription on this connection
-        self.pushes = 0
-        self._ids = itertools.count(1)
+        # The primary connection: the only one that subscribes and reads pushes; guarded
+        # by ``_lock`` (held for a whole exchange, and for a subscribing root read).
+        self._primary = _Connection()
         self._lock = threading.RLock()
-        self._receiver = protocol.FrameReceiver()
-        self._connect()
+        # Per subscribed database of the primary connection, the highest root seq known
+        # since subscribing (None: subscription under way, nothing known yet). Cleared
+        # with the primary's socket. Read and written under ``_subs_lock`` (never held
+        # during I/O), since pooled exchanges fold in the roots they see.
+        self._subs: dict[str, int | None] = {}
+        self._no_push: set[str] = set()  # refused a subscription on the primary
+        self._subs_lock = threading.Lock()
+        self.pushes = 0
+        # Pooled connections: free ones, and how many exist (free or taken).
+        self._pool: list[_Connection] = []
+        self._pooled = 0
+        self._pool_cond = threading.Condition(threading.Lock())
+        self._epoch = 0  # close() calls so far: a pooled socket older than the last is closed
+        self._connect(self._primary)
+
+    @property
+    def _sock(self) -> socket.socket | None:
+        """The primary connection's socket (None while disconnected)."""
+        return self._primary.sock
+
+    @_sock.setter
+    def _sock(self, sock: socket.socket | None) -> None:
+        self._primary.sock = sock
 
     # -- connection ------------------------------------------------------------------------
 
-    def _connect(self) -> None:
+    def _connect(self, conn: _Connection) -> None:
         """Open a connection and log in, retrying with backoff on network errors."""
         delay = BACKOFF_FIRST
         last: BaseException | None = None
@@ -181,19 +234,22 @@ class RemoteTransport(Transport):
             except OSError as exc:
                 last = exc
                 continue
-            self._sock = sock
+            conn.sock = sock
             try:
-                self._login()
+                self._login(conn)
             except _DroppedError as exc:
-                self._drop()
+                self._drop(conn)
                 last = exc
                 continue
             except BaseException:
-                self._drop()
+                self._drop(conn)
                 raise
-            if self._connected:
-                self.reconnects += 1
-            self._connected = True
+            with self._pool_cond:
+                self.connections_opened += 1
+            if conn is self._primary:
+                if self._connected:
+                    self.reconnects += 1
+                self._connected = True
             return
         raise StoreUnavailableError(
             f"cannot reach the blob server at {self.host}:{self.port}: {last}"
@@ -210,8 +266,8 @@ class RemoteTransport(Transport):
             raise
         return sock
 
-    def _login(self) -> None:
-        challenge = self._exchange([("challenge", {})])[0]
+    def _login(self, conn: _Connection) -> None:
+        challenge = self._exchange([("challenge", {})], conn)[0]
         if (
             type(challenge) is not dict
             or type(challenge.get("server_id")) is not str
@@ -237,42 +293,101 @@ class RemoteTransport(Transport):
             "time": timestamp,
             "signature": self._key.sign(digest, hasher=None),
         }
-        answer = self._exchange([("login", args)])[0]
+        answer = self._exchange([("login", args)], conn)[0]
         if type(answer) is not dict or answer.get("tenant") != self.tenant:
             raise IntegrityError("the blob server sent a malformed login answer")
         self.server_id = server_id
 
-    def _drop(self) -> None:
-        self._subs.clear()  # a new connection has no subscription: nothing is known
-        self._no_push.clear()
-        sock, self._sock = self._sock, None
+    def _drop(self, conn: _Connection | None = None) -> None:
+        """Close a connection (the primary by default); it reconnects when next used."""
+        conn = self._primary if conn is None else conn
+        if conn is self._primary:
+            with self._subs_lock:  # a new connection has no subscription: nothing is known
+                self._subs.clear()
+                self._no_push.clear()
+        sock, conn.sock = conn.sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
 
     def close(self) -> None:
+        """Close every connection (those in use as they come back); like a dropped
+        connection, each is opened again if the transport is used afterwards."""
+        with self._pool_cond:
+            self._epoch += 1
+            for conn in self._pool:
+                self._drop(conn)
+                conn.epoch = self._epoch
         with self._lock:
             self._drop()
 
+    # -- the pool ----------------------------------------------------------------------------
+
+    def _take(self) -> _Connection:
+        """The primary connection if it is free (or this thread holds it already), else a
+        free pooled one, else a new pooled one (connected when first used) while fewer
+        than ``pool_size - 1`` exist; else wait for one. Give it back with ``_give``."""
+        if self.pool_size == 1:
+            self._lock.acquire()
+            return self._primary
+        while True:
+            if self._lock.acquire(blocking=False):
+                return self._primary
+            with self._pool_cond:
+                if self._pool:
+                    return self._pool.pop()
+                if self._pooled < self.pool_size - 1:
+                    self._pooled += 1
+                    return _Connection(self._epoch)
+                # Woken when a pooled connection comes back; the timeout looks at the
+                # primary again (its lock cannot notify).
+                self._pool_cond.wait(0.05)
+
+    def _give(self, conn: _Connection) -> None:
+        if conn is self._primary:
+            self._lock.release()
+            with self._pool_cond:
+                self._pool_cond.notify()
+            return
+        with self._pool_cond:
+            if conn.epoch != self._epoch:  # taken before close(): close it now
+                self._drop(conn)
+                conn.epoch = self._epoch
+            self._pool.append(conn)
+            self._pool_cond.notify()
+
     # -- requests --------------------------------------------------------------------------
 
-    def _exchange(self, requests: list[tuple[str, dict]]) -> list[Any]:
+    def _exchange(self, requests: list[tuple[str, dict]], conn: _Connection) -> list[Any]:
         """Send requests back to back, read their answers; raise ``_DroppedError`` on network
         errors, the mapped exception on an error answer."""
-        responses = self._exchange_responses(requests)
+        responses = self._exchange_on(requests, conn)
         for response in responses:
             if not response.ok:
                 raise _error(*response.result)
         return [response.result for response in responses]
 
+    def _exchange_on(
+        self, requests: list[tuple[str, dict]], conn: _Connection
+    ) -> list[protocol.Response]:
+        if conn is self._primary:
+            return self._exchange_responses(requests)
+        return self._exchange_responses_on(requests, conn)
+
     def _exchange_responses(self, requests: list[tuple[str, dict]]) -> list[protocol.Response]:
+        """``_exchange_responses_on`` the primary connection."""
+        return self._exchange_responses_on(requests, self._primary)
+
+    def _exchange_responses_on(
+        self, requests: list[tuple[str, dict]], conn: _Connection
+    ) -> list[protocol.Response]:
         """Send requests back to back, read their answers (taking in any pushes between
         them) and return them, errors included; raise ``_DroppedError`` on network
         errors."""
-        sock = self._sock
+        sock = conn.sock
         if sock is None:
             raise _DroppedError(ConnectionError("not connected"), sent=False)
-        ids = [next(self._ids) for _ in requests]
+        ids = [next(conn.ids) for _ in requests]
         try:
             payload = b"".join(
                 protocol.request_frame(rid, op, args)
@@ -288,9 +403,9 @@ class RemoteTransport(Transport):
         for rid in ids:
             while True:
                 try:
-                    frame = protocol.parse_server_frame(self._receiver.recv(sock))
+                    frame = protocol.parse_server_frame(conn.receiver.recv(sock))
                 except protocol.ProtocolError as exc:
-                    self._drop()
+                    self._drop(conn)
                     raise IntegrityError(
                         f"the blob server sent a malformed answer: {exc}"
                     ) from None
@@ -298,29 +413,41 @@ class RemoteTransport(Transport):
                     raise _DroppedError(exc, sent=True) from None
                 if not isinstance(frame, protocol.Push):
                     break
-                self._pushed(frame)
+                if conn is self._primary:  # a pooled connection never subscribes
+                    self._pushed(frame)
             if frame.request_id != rid:
-                self._drop()
+                self._drop(conn)
                 raise IntegrityError("the blob server answered out of order")
             results.append(frame)
         return results
 
     def _pushed(self, push: protocol.Push) -> None:
-        """Take in a root push (ignored unless this connection subscribed to it)."""
+        """Take in a root push (ignored unless the primary subscribed to it)."""
         self.pushes += 1
-        if push.database in self._subs:
-            self._note_root(push.database, push.seq)
+        self._note_root(push.database, push.seq, pending=True)
 
-    def _note_root(self, database: str, seq: int) -> None:
-        """Remember a root seq seen on this connection after subscribing to ``database``."""
-        if database in self._subs and type(seq) is int and 0 <= seq < MAX_SEQ:
+    def _note_root(self, database: str, seq: int, *, pending: bool = False) -> None:
+        """Remember a root seq the store is known to have reached, if the primary has
+        subscribed to ``database``. Only the primary's own subscribing root read, and the
+        pushes it takes in meanwhile (``pending``), may fill in an entry whose subscription
+        is still under way: an older seq seen elsewhere must not stand for a root that
+        commits made before the subscription took effect may already have replaced."""
+        if type(seq) is not int or not 0 <= seq < MAX_SEQ:
+            return
+        with self._subs_lock:
+            if database not in self._subs:
+                return
             known = self._subs[database]
-            self._subs[database] = seq if known is None else max(known, seq)
+            if known is None:
+                if pending:
+                    self._subs[database] = seq
+            else:
+                self._subs[database] = max(known, seq)
 
     def _stale(self) -> bool:
-        """Whether the idle connection has something to read before we asked anything
-        (a push, or the end of the stream after a restart or an idle timeout)."""
-        sock = self._sock
+        """Whether the idle primary connection has something to read before we asked
+        anything (a push, or the end of the stream after a restart or an idle timeout)."""
+        sock = self._primary.sock
         if sock is None:
             return True
         try:
@@ -328,12 +455,14 @@ class RemoteTransport(Transport):
         except (OSError, ValueError):
             return True
 
-    def _drain(self) -> bool:
-        """Read, without waiting, whatever the server sent unasked; return whether the
-        connection is still usable. Pushes are taken in; anything else (end of stream
-        after a restart or idle timeout, an unsolicited error, a stray or malformed frame)
-        drops the connection and returns False."""
-        sock = self._sock
+    def _drain(self, conn: _Connection | None = None) -> bool:
+        """Read, without waiting, whatever the server sent unasked on a connection (the
+        primary by default); return whether it is still usable. Pushes are taken in (on
+        the primary; a pooled connection never subscribed, so it ignores them); anything
+        else (end of stream after a restart or idle timeout, an unsolicited error, a stray
+        or malformed frame) drops the connection and returns False."""
+        conn = self._primary if conn is None else conn
+        sock = conn.sock
         if sock is None:
             return False
         while True:
@@ -342,50 +471,76 @@ class RemoteTransport(Transport):
                 pending = isinstance(sock, ssl_module.SSLSocket) and sock.pending() > 0
                 if not pending and not select.select([sock], [], [], 0)[0]:
                     return True
-                frame = protocol.parse_server_frame(self._receiver.recv(sock))
+                frame = protocol.parse_server_frame(conn.receiver.recv(sock))
             except (protocol.ProtocolError, OSError, ValueError):
                 frame = None
             if not isinstance(frame, protocol.Push):
-                self._drop()
+                self._drop(conn)
                 return False
-            self._pushed(frame)
+            if conn is self._primary:
+                self._pushed(frame)
 
     def known_root_seq(self, database: str) -> int | None:
-        """The root seq of ``database`` as far as this connection's subscription knows:
-        every commit through the server since it subscribed has been pushed, so the root
-        is this seq unless a newer push is still on its way. None when not subscribed
-        (not yet, refused, or the connection was lost). No round trip."""
-        with self._lock:
-            if database not in self._subs or not self._drain():
+        """The root seq of ``database`` as far as the primary's subscription knows: every
+        commit through the server since it subscribed has been pushed, so the root is
+        this seq unless a newer push is still on its way. None when not subscribed (not
+        yet, refused, or the connection was lost), and None while another thread uses the
+        primary connection (its pushes cannot be read now: the caller reads the root
+        instead of waiting). No round trip."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            with self._subs_lock:
+                if database not in self._subs:
+                    return None
+            if not self._drain():
                 return None
-            return self._subs.get(database)
+            with self._subs_lock:
+                return self._subs.get(database)
+        finally:
+            self._lock.release()
 
     def _call_many(
         self, requests: list[tuple[str, dict]], *, idempotent: bool, raw: bool = False
     ) -> list[Any]:
-        """Exchange requests on a live connection (reconnecting as needed); ``raw`` returns
-        each ``protocol.Response`` instead of raising on an error answer."""
-        exchange = self._exchange_responses if raw else self._exchange
-        with self._lock:
-            if self._sock is not None:
-                self._drain()  # takes in pushes; drops a connection the server closed
-            for attempt in range(2):
-                if self._sock is None:
-                    self._connect()
-                try:
-                    return exchange(requests)
-                except _DroppedError as exc:
-                    self._drop()
-                    if exc.sent and not idempotent:
-                        raise StoreUnavailableError(
-                            "the connection to the blob server dropped during a write; its "
-                            "outcome is unknown"
-                        ) from None
-                    if attempt:
-                        raise StoreUnavailableError(
-                            f"the blob server connection failed: {exc}"
-                        ) from None
-            raise AssertionError("unreachable")
+        """Exchange requests on a live connection, the primary if it is free, else a pooled
+        one (reconnecting as needed); ``raw`` returns each ``protocol.Response`` instead of
+        raising on an error answer."""
+        conn = self._take()
+        try:
+            return self._call_on(conn, requests, idempotent=idempotent, raw=raw)
+        finally:
+            self._give(conn)
+
+    def _call_on(
+        self,
+        conn: _Connection,
+        requests: list[tuple[str, dict]],
+        *,
+        idempotent: bool,
+        raw: bool,
+    ) -> list[Any]:
+        if conn.sock is not None:
+            self._drain(conn)  # takes in pushes; drops a connection the server closed
+        for attempt in range(2):
+            if conn.sock is None:
+                self._connect(conn)
+            try:
+                if raw:
+                    return self._exchange_on(requests, conn)
+                return self._exchange(requests, conn)
+            except _DroppedError as exc:
+                self._drop(conn)
+                if exc.sent and not idempotent:
+                    raise StoreUnavailableError(
+                        "the connection to the blob server dropped during a write; its "
+                        "outcome is unknown"
+                    ) from None
+                if attempt:
+                    raise StoreUnavailableError(
+                        f"the blob server connection failed: {exc}"
+                    ) from None
+        raise AssertionError("unreachable")
 
     def _call(self, op: str, args: dict, *, idempotent: bool = True) -> Any:
         return self._call_many([(op, args)], idempotent=idempotent)[0]
@@ -426,42 +581,67 @@ class RemoteTransport(Transport):
         return found
 
     def _get_root(self, database: str) -> RootRecord:
-        with self._lock:
-            if self._sock is not None:
-                self._drain()  # a dropped connection leaves no subscription behind
-            if database in self._subs or database in self._no_push:
-                root = _root(self._call("get_root", {"database": database}))
-                self._note_root(database, root.seq)  # only if still subscribed (same socket)
-                return root
-            # Subscribe first, in the same round trip: every commit the root read misses is
-            # then pushed. The entry exists before the exchange so that a push arriving
-            # between the two answers is kept.
-            self._subs[database] = None
+        if self._lock.acquire(blocking=False):
             try:
-                subscribed, answer = self._call_many(
-                    [("subscribe", {"database": database}), ("get_root", {"database": database})],
-                    idempotent=True,
-                    raw=True,
-                )
-            except BaseException:
+                return self._get_root_primary(database)
+            finally:
+                self._give(self._primary)
+        with self._subs_lock:
+            settled = type(self._subs.get(database)) is int or database in self._no_push
+        if not settled:  # the first root read subscribes: on the primary, whose turn we await
+            with self._lock:
+                return self._get_root_primary(database)
+        # Subscribed (or refused) already: any connection may read the root, and the seq
+        # it finds is one the store reached, so it is folded in like a commit's.
+        root = _root(self._call("get_root", {"database": database}))
+        self._note_root(database, root.seq)
+        return root
+
+    def _get_root_primary(self, database: str) -> RootRecord:
+        """Read the root on the primary connection (``_lock`` held), subscribing first if
+        it has not subscribed to ``database`` yet."""
+        if self._primary.sock is not None:
+            self._drain()  # a dropped connection leaves no subscription behind
+        with self._subs_lock:
+            subscribed = database in self._subs or database in self._no_push
+            if not subscribed:
+                # The entry exists before the exchange so that a push arriving between
+                # the two answers is kept.
+                self._subs[database] = None
+        if subscribed:
+            root = _root(self._call("get_root", {"database": database}))
+            self._note_root(database, root.seq)  # only if still subscribed (same socket)
+            return root
+        # Subscribe first, in the same round trip: every commit the root read misses is
+        # then pushed.
+        try:
+            subscribed_answer, answer = self._call_many(
+                [("subscribe", {"database": database}), ("get_root", {"database": database})],
+                idempotent=True,
+                raw=True,
+            )
+        except BaseException:
+            with self._subs_lock:
                 self._subs.pop(database, None)
-                raise
-            if not answer.ok:
+            raise
+        if not answer.ok:
+            with self._subs_lock:
                 self._subs.pop(database, None)
-                raise _error(*answer.result)
-            root = _root(answer.result)
-            if (
-                subscribed.ok
-                and type(subscribed.result) is dict
-                and subscribed.result.get("subscribed") is True
-            ):
-                # A no-op if the connection was replaced during the exchange (the entry
-                # went with it): the next root read subscribes again.
-                self._note_root(database, root.seq)
-            else:  # pushes off, an old server, or too many subscriptions: read every time
+            raise _error(*answer.result)
+        root = _root(answer.result)
+        if (
+            subscribed_answer.ok
+            and type(subscribed_answer.result) is dict
+            and subscribed_answer.result.get("subscribed") is True
+        ):
+            # A no-op if the connection was replaced during the exchange (the entry
+            # went with it): the next root read subscribes again.
+            self._note_root(database, root.seq, pending=True)
+        else:  # pushes off, an old server, or too many subscriptions: read every time
+            with self._subs_lock:
                 self._subs.pop(database, None)
                 self._no_push.add(database)
-            return root
+        return root
 
     def _commit(
         self,
@@ -512,8 +692,8 @@ class RemoteTransport(Transport):
         # Either way the answer names a root the store really had (the committer gets no
         # push of its own commit). Any seq the store is known to have reached is safe to
         # fold in: the subscription only has to vouch for commits after its root read.
-        with self._lock:
-            self._note_root(database, result.root.seq)
+        # (A commit through a pooled connection is also pushed to the primary.)
+        self._note_root(database, result.root.seq)
         return result
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
