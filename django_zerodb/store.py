@@ -34,8 +34,14 @@ KNOWN_OPTIONS = frozenset(
         "FRESHNESS_PATH",
         "DELAY",
         "NODE_BYTES",
+        # The blob-server client (STORE "zerodb://host:port" only).
+        "TLS",
+        "CA_FILE",
+        "TIMEOUT",
+        "POOL_SIZE",
     }
 )
+REMOTE_OPTIONS = ("TLS", "CA_FILE", "TIMEOUT", "POOL_SIZE")
 
 
 def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +69,12 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
             "(for example from an environment variable) or PASSWORD"
         )
     parse_store(store)  # a malformed STORE is a configuration error, found at startup
+    remote = {k.lower(): options[k] for k in REMOTE_OPTIONS if options.get(k) is not None}
+    if remote and not store.startswith("zerodb://"):
+        raise ImproperlyConfigured(
+            f"OPTIONS {', '.join(sorted(k.upper() for k in remote))} apply to a blob-server "
+            "STORE ('zerodb://host:port') only"
+        )
     name = settings_dict.get("NAME") or "main"
     freshness = options.get("FRESHNESS") or ("file" if options.get("FRESHNESS_PATH") else "default")
     if freshness not in ("default", "file", "memory"):
@@ -84,6 +96,7 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
         "freshness_path": options.get("FRESHNESS_PATH"),
         "delay": float(options.get("DELAY") or 0.0),
         "node_bytes": options.get("NODE_BYTES"),
+        "remote": remote,
     }
 
 
@@ -114,6 +127,7 @@ def open_engine(params: dict[str, Any]) -> DB:
         params["delay"],
         params["node_bytes"],
         params.get("freshness"),
+        tuple(sorted((params.get("remote") or {}).items())),
     )
     with _lock:
         engine = _engines.get(key)
@@ -130,6 +144,7 @@ def open_engine(params: dict[str, Any]) -> DB:
                 params["username"],
                 params["passphrase"],
                 freshness=tracker,
+                **(params.get("remote") or {}),
                 **kwargs,
             )
             if isinstance(tracker, ModelFreshnessTracker):  # nothing checked yet: name it

@@ -148,6 +148,7 @@ BAD = {
     "bad store": (entry(STORE="postgres://db"), "unknown STORE"),
     "bad blob server address": (entry(STORE="zerodb://nohost"), "zerodb://host:port"),
     "missing store": (entry(STORE=None), "STORE"),
+    "blob-server option on an embedded store": (entry(POOL_SIZE=8), "POOL_SIZE apply to"),
 }
 
 
@@ -167,6 +168,13 @@ def test_misconfiguration_is_a_system_check_error(settings_dict, message):
             errors = check_databases()
     assert [e.id for e in errors] == ["django_zerodb.E001"]
     assert "'bad'" in errors[0].obj
+
+
+def test_blob_server_options_reach_the_engine():
+    params = store_settings(
+        entry(STORE="zerodb://127.0.0.1:8001", POOL_SIZE=8, TIMEOUT=5, TLS=True)
+    )
+    assert params["remote"] == {"pool_size": 8, "timeout": 5, "tls": True}
 
 
 def test_good_configuration_passes_the_check():
