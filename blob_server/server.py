@@ -371,7 +371,11 @@ class BlobServer:
             if body is None:
                 return "eof"
             frame = await self._answer(session, body)
-            writer.writelines(frame)
+            # write() per part, not writelines(): on Python 3.12 writelines() on a
+            # transport the peer just reset raises AttributeError (found by the fuzz test),
+            # where write() counts the lost connection and the drain below reports it.
+            for part in frame:
+                writer.write(part)
             try:
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
             except (TimeoutError, ConnectionError, OSError):
