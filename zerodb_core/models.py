@@ -62,6 +62,7 @@ class Model:
 
     zerodb_name: ClassVar[str] = ""
     _fields: ClassVar[dict[str, Field]] = {}
+    _plain_fields: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -71,11 +72,26 @@ class Model:
         for klass in reversed(cls.__mro__):
             fields.update({k: v for k, v in vars(klass).items() if isinstance(v, Field)})
         cls._fields = fields
+        # Fields that assigning stores in the instance dict under their own name (what
+        # Field.__set__ does), unless a subclass or __setattr__ changed that: __init__
+        # stores these directly, without a descriptor call per attribute.
+        plain = set()
+        if cls.__setattr__ is object.__setattr__:
+            for name, field in fields.items():
+                attr = next((vars(k)[name] for k in cls.__mro__ if name in vars(k)), None)
+                if attr is field and type(field).__set__ is Field.__set__ and field.name == name:
+                    plain.add(name)
+        cls._plain_fields = frozenset(plain)
 
     def __init__(self, **attrs: Any) -> None:
         self.pk: Any = None
+        plain = self._plain_fields
+        stored = self.__dict__
         for name, value in attrs.items():
-            setattr(self, name, value)
+            if name in plain:
+                stored[name] = value
+            else:
+                setattr(self, name, value)
 
     @classmethod
     def model_spec(cls) -> ModelSpec:

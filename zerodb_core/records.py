@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, islice
+from operator import itemgetter, lt
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.btree import BTree, Reader
 from zerodb_core.crypto import BlobKind
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError, QueryError, UniqueViolation
-from zerodb_core.schema import TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
 from zerodb_core.serialization import pack, unpack
 from zerodb_core.text import tokenize
 
@@ -63,15 +66,22 @@ def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dic
     """Return the ``{key: value}`` entries ``index`` keeps for one record."""
     if index.kind == TEXT:
         return text_entries(index, pk, pk_key, fields)[0]
+    key, with_pk = _field_key(index, fields)
+    return {key + pk_key if with_pk else key: pack(pk)}
+
+
+def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
+    """Return the part of an ordered index's key before the pk, and whether the pk follows.
+
+    Encodings are prefix-free, so keys order by this part first, then by pk.
+    """
     values = [fields.get(name) for name in index.fields]
     try:
         key = encode_key(values[0]) if len(values) == 1 else b"".join(map(encode_key, values))
     except QueryError as exc:
         raise QueryError(f"index {index.name!r} cannot hold this value: {exc}") from None
     # A unique index lets NULLs repeat (as SQL does): they keep the pk in the key.
-    if index.kind != UNIQUE or None in values:
-        key += pk_key
-    return {key: pack(pk)}
+    return key, index.kind != UNIQUE or None in values
 
 
 def text_entries(
@@ -86,6 +96,28 @@ def text_entries(
     if not isinstance(text, str):
         return {}, 0
     tokens = tokenize(text)
+    postings = _postings(tokens, pk, pack(pk))
+    return {_term_key(term) + pk_key: value for term, value in postings}, len(tokens)
+
+
+# The msgpack of 0..127 (positive fixints), one byte each.
+_FIXINT = [bytes([i]) for i in range(128)]
+
+
+def _postings(tokens: list[str], pk: Any, packed_pk: bytes) -> Iterable[tuple[str, bytes]]:
+    """Return ``(term, posting value)`` of each distinct term of a document's tokens.
+
+    ``packed_pk`` is ``pack(pk)``. In a document under 128 tokens every number of a
+    posting is under 128, a msgpack fixint: the value is then written here directly, byte
+    for byte what ``pack([pk, tf, doc_len, positions])`` writes (the tests compare).
+    """
+    doc_len = len(tokens)
+    if doc_len < 128:
+        # fixarray of 4: pk, tf, doc_len, positions (a fixarray while tf < 16)
+        head = b"\x94" + packed_pk
+        once = head + bytes((1, doc_len, 0x91))
+        if len(set(tokens)) == doc_len:  # no term twice: position p is once + fixint p
+            return zip(tokens, map(once.__add__, _FIXINT[:doc_len]))
     positions: dict[str, list[int]] = {}
     for position, term in enumerate(tokens):
         where = positions.get(term)
@@ -93,18 +125,83 @@ def text_entries(
             positions[term] = [position]
         else:
             where.append(position)
-    doc_len = len(tokens)
-    entries = {
-        _term_key(term) + pk_key: pack([pk, len(where), doc_len, where])
-        for term, where in positions.items()
-    }
-    return entries, doc_len
+    if doc_len >= 128:
+        return [(term, pack([pk, len(where), doc_len, where])) for term, where in positions.items()]
+    fixint = _FIXINT
+    postings = []
+    for term, where in positions.items():
+        tf = len(where)
+        if tf == 1:
+            postings.append((term, once + fixint[where[0]]))
+        elif tf < 16:
+            postings.append((term, head + bytes((tf, doc_len, 0x90 + tf, *where))))
+        else:
+            postings.append((term, pack([pk, tf, doc_len, where])))
+    return postings
 
 
 @functools.lru_cache(maxsize=65536)
 def _term_key(term: str) -> bytes:
     """The key prefix of a term; vocabularies are small next to their use, so keep them."""
     return encode_key(term)
+
+
+# Types whose equal values have equal keys and which no value of another type equals.
+_SAME = (str, int)
+# How Table.put_many makes the entries of a new record for an index.
+_TEXT = "text"
+_ONE_FIELD = "one field"
+_OTHER = "other"
+
+
+class _IndexChanges:
+    """What a batch of writes does to one index: keys to remove, and entries to add.
+
+    Entries of new records are grouped by the part of their key before the pk (a term,
+    or the indexed values): within a group they come in the order of the rows, so when
+    the rows are in pk order, the groups in key order are the entries in key order, with
+    no sort. Entries that replace older ones (updates) are kept aside and sorted in.
+    """
+
+    __slots__ = (
+        "docs",
+        "extra",
+        "field",
+        "groups",
+        "index",
+        "kind",
+        "one_field",
+        "prefixes",
+        "removed",
+        "tokens",
+    )
+
+    def __init__(self, index: IndexSpec) -> None:
+        self.index = index
+        self.kind = index.kind
+        self.field = index.fields[0]
+        # An ordered index on one field whose keys all end with the pk.
+        self.one_field = index.kind == FIELD and len(index.fields) == 1
+        self.removed: list[bytes] = []
+        self.groups: dict[Any, tuple[bytes, list[bytes], list[bytes]]] = {}
+        self.extra: list[tuple[bytes, bytes]] = []
+        # Keys of the values seen, for the types whose equal values encode alike (not
+        # 1 and 1.0 and True, which are equal as dict keys: see _SAME).
+        self.prefixes: dict[Any, bytes] = {}
+        self.docs = 0  # text indexes: change in documents and in tokens
+        self.tokens = 0
+
+    def entries(self, in_order: bool) -> tuple[list[bytes], list[bytes]]:
+        """The keys and values to add, in key order (``in_order``: the rows were in pk
+        order)."""
+        groups = sorted(self.groups.values(), key=itemgetter(0))
+        keys = list(chain.from_iterable(map(itemgetter(1), groups)))
+        values = list(chain.from_iterable(map(itemgetter(2), groups)))
+        if self.extra or not in_order:
+            pairs = sorted([*zip(keys, values), *self.extra])
+            keys = list(map(itemgetter(0), pairs))
+            values = list(map(itemgetter(1), pairs))
+        return keys, values
 
 
 class Table:
@@ -177,77 +274,157 @@ class Table:
             raise QueryError("a batch of records must not repeat a primary key")
         raw = self.view.run([self.records.get_many_reader(pk_keys)])[0]
         found = self.view.run([self._decode_reader(raw.values())])[0]
-        olds = [found.get(pk) for pk, _ in rows]
-        for (pk, _), old in zip(rows, olds):
-            if old is not None and insert and pk not in fresh:
-                raise UniqueViolation(f"{self.spec.name}.pk", pk)
-            if old is not None and pk in fresh:
-                raise IntegrityError(
-                    f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "
-                    "its id counter was rewound"
-                )
-        changes: dict[IndexSpec, tuple[list[bytes], list[tuple[bytes, bytes]]]] = {
-            index: ([], []) for index in self.spec.indexes.values()
-        }
+        olds = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
+        if found:
+            for (pk, _), old in zip(rows, olds):
+                if old is not None and insert and pk not in fresh:
+                    raise UniqueViolation(f"{self.spec.name}.pk", pk)
+                if old is not None and pk in fresh:
+                    raise IntegrityError(
+                        f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "
+                        "its id counter was rewound"
+                    )
+        in_order = all(map(lt, pk_keys, islice(pk_keys, 1, None)))
+        changes = [_IndexChanges(index) for index in self.spec.indexes.values()]
+        # Per index: how entries of a new record are made (a full-text index, an ordered
+        # index on one field that keeps the pk in its keys, or any other), and where they
+        # go; unpacked once per record and index.
+        plans = [
+            (
+                change,
+                _TEXT if change.kind == TEXT else _ONE_FIELD if change.one_field else _OTHER,
+                change.field,
+                change.groups,
+                change.prefixes,
+            )
+            for change in changes
+        ]
         probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]] = defaultdict(dict)
-        text_stats: dict[IndexSpec, list[int]] = {}
+        packed_pks = []
         for (pk, fields), pk_key, old in zip(rows, pk_keys, olds):
-            for index, (removed, added) in changes.items():
-                if index.kind == TEXT:
-                    new, length = text_entries(index, pk, pk_key, fields)
-                    before, old_length = text_entries(index, pk, pk_key, old)
-                    stats = text_stats.setdefault(index, [0, 0])
-                    stats[0] += _has_text(index, fields) - _has_text(index, old)
-                    stats[1] += length - old_length
+            packed_pk = pack(pk)
+            packed_pks.append(packed_pk)
+            for change, plan, field, groups, prefixes in plans:
+                if old is not None:
+                    self._diff_entries(change, pk, pk_key, fields, old, probes)
+                elif plan is _ONE_FIELD:
+                    value = fields.get(field)
+                    # Batches repeat values: str and int keys are encoded once each.
+                    prefix = prefixes.get(value) if type(value) in _SAME else None
+                    if prefix is None:
+                        try:
+                            prefix = encode_key(value)
+                        except QueryError as exc:
+                            raise QueryError(
+                                f"index {change.index.name!r} cannot hold this value: {exc}"
+                            ) from None
+                        if type(value) in _SAME:
+                            prefixes[value] = prefix
+                    key = prefix + pk_key
+                    group = groups.get(prefix)
+                    if group is None:
+                        groups[prefix] = (prefix, [key], [packed_pk])
+                    else:
+                        group[1].append(key)
+                        group[2].append(packed_pk)
+                elif plan is _TEXT:
+                    text = fields.get(field)
+                    if isinstance(text, str):
+                        tokens = tokenize(text)
+                        change.docs += 1
+                        change.tokens += len(tokens)
+                        for term, value in _postings(tokens, pk, packed_pk):
+                            group = groups.get(term)
+                            if group is None:
+                                groups[term] = group = (_term_key(term), [], [])
+                            group[1].append(group[0] + pk_key)
+                            group[2].append(value)
                 else:
-                    new = index_entries(index, pk, pk_key, fields)
-                    before = index_entries(index, pk, pk_key, old) if old is not None else None
-                if not before:  # a new record: every entry is added
-                    added.extend(new.items())
-                else:
-                    removed.extend(k for k in before if k not in new)
-                    added.extend((k, v) for k, v in new.items() if before.get(k) != v)
-                if index.kind == UNIQUE:
-                    before = before or {}
-                    for key in new.keys() - before.keys():
-                        if key in probes[index]:
-                            raise _violation(self.spec, index, fields)
-                        probes[index][key] = (pk, fields)
+                    prefix, with_pk = _field_key(change.index, fields)
+                    key = prefix + pk_key if with_pk else prefix
+                    group = groups.get(prefix)
+                    if group is None:
+                        groups[prefix] = (prefix, [key], [packed_pk])
+                    else:
+                        group[1].append(key)
+                        group[2].append(packed_pk)
+                    if change.kind == UNIQUE:
+                        index_probes = probes[change.index]
+                        if key in index_probes:
+                            raise _violation(self.spec, change.index, fields)
+                        index_probes[key] = (pk, fields)
+        added = {change: change.entries(in_order) for change in changes}
         # Read every path the writes below will walk, all trees at once, one round trip
         # per level; the unique probes are then answered from memory.
         self.view.run(
             [
-                self.index_tree(index).paths_reader(sorted([*removed, *(k for k, _ in added)]))
-                for index, (removed, added) in changes.items()
-                if removed or added
+                self.index_tree(change.index).paths_reader(
+                    sorted([*change.removed, *keys]) if change.removed else keys
+                )
+                for change, (keys, _) in added.items()
+                if change.removed or keys
             ]
         )
         self._check_unique(probes)
-        for index, (docs, length) in text_stats.items():
-            self.view.add_text_stats(self.spec.index_tree(index), docs, length)
-        records = []
-        for (pk, fields), pk_key in zip(rows, pk_keys):
-            data = pack([pk, fields])
+        if rows:
+            for change in changes:
+                if change.kind == TEXT:
+                    self.view.add_text_stats(
+                        self.spec.index_tree(change.index), change.docs, change.tokens
+                    )
+        record_values = []
+        for (_, fields), packed_pk in zip(rows, packed_pks):
+            # pack([pk, fields]) is the fixarray header, the pk, then the fields.
+            data = b"\x92" + packed_pk + pack(fields)
             if len(data) > SPILL_BYTES:
                 blob = RecordBlob(self.view.new_id(), data, self.view.ws.gen)
                 self.view.ws.add(blob)
-                records.append((pk_key, SPILLED + blob.id))
+                record_values.append(SPILLED + blob.id)
             else:
-                records.append((pk_key, INLINE + data))
+                record_values.append(INLINE + data)
         for value in raw.values():
             if value[:1] == SPILLED:
                 self.view.retire_blob(value[1:])
-        records.sort()
-        self.records.put_many(records)
-        for index, (removed, added) in changes.items():
-            if not removed and not added:
+        if in_order:
+            self.records.put_sorted(pk_keys, record_values)
+        else:
+            self.records.put_many(sorted(zip(pk_keys, record_values)))
+        for change, (keys, values) in added.items():
+            if not change.removed and not keys:
                 continue
-            tree = self.index_tree(index)
-            for key in removed:
+            tree = self.index_tree(change.index)
+            for key in change.removed:
                 tree.delete(key)
-            added.sort()
-            tree.put_many(added)
+            tree.put_sorted(keys, values)
         return olds
+
+    def _diff_entries(
+        self,
+        change: _IndexChanges,
+        pk: Any,
+        pk_key: bytes,
+        fields: dict,
+        old: dict,
+        probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]],
+    ) -> None:
+        """Note what replacing the record ``old`` by ``fields`` does to one index."""
+        index = change.index
+        if index.kind == TEXT:
+            new, length = text_entries(index, pk, pk_key, fields)
+            before, old_length = text_entries(index, pk, pk_key, old)
+            change.docs += _has_text(index, fields) - _has_text(index, old)
+            change.tokens += length - old_length
+        else:
+            new = index_entries(index, pk, pk_key, fields)
+            before = index_entries(index, pk, pk_key, old)
+        change.removed.extend(k for k in before if k not in new)
+        change.extra.extend((k, v) for k, v in new.items() if before.get(k) != v)
+        if index.kind == UNIQUE:
+            index_probes = probes[index]
+            for key in new.keys() - before.keys():
+                if key in index_probes:
+                    raise _violation(self.spec, index, fields)
+                index_probes[key] = (pk, fields)
 
     def delete(self, pk: Any) -> dict | None:
         """Remove the record ``pk``; return its fields, or None if there was none."""

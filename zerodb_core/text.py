@@ -60,6 +60,15 @@ def _normalise(text: str) -> str:
     return text
 
 
+# ASCII text is its own NFKC form, casefolds as lower() does and holds no combining
+# mark, so its tokens are the runs of [A-Za-z0-9], lowered: one byte table maps A-Z to
+# a-z and every other non-alphanumeric byte to a space, and split() cuts the runs out.
+# The same tokens as the general pattern, several times faster.
+_ASCII_WORDS = bytes(
+    c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 or 48 <= c <= 57 else 32 for c in range(256)
+)
+
+
 def tokenize(text: str) -> list[str]:
     """Return the word tokens of ``text``: NFKC-normalised, casefolded, in order.
 
@@ -67,9 +76,15 @@ def tokenize(text: str) -> list[str]:
     separate them (``"don't"`` -> ``["don", "t"]``). Tokens over ``MAX_TOKEN_LENGTH``
     characters are dropped, and so do not count as positions.
     """
-    return [
-        token for token in _pattern().findall(_normalise(text)) if len(token) <= MAX_TOKEN_LENGTH
-    ]
+    if text.isascii():
+        tokens = text.encode().translate(_ASCII_WORDS).decode().split()
+        if len(text) <= MAX_TOKEN_LENGTH:  # no token can be too long
+            return tokens
+    else:
+        tokens = _pattern().findall(_normalise(text))
+    if tokens and max(map(len, tokens)) > MAX_TOKEN_LENGTH:
+        tokens = [token for token in tokens if len(token) <= MAX_TOKEN_LENGTH]
+    return tokens
 
 
 def parse_query(query: str) -> list[list[str]]:

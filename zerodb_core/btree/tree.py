@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import add, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from zerodb_core.btree.node import CHILD_OVERHEAD, ENTRY_OVERHEAD, NODE_OVERHEAD, Inner, Leaf, Node
@@ -124,19 +123,16 @@ class BTree:
         ``list.insert`` per key. Leaves split exactly where inserting the entries one by
         one would split them (right after the entry that overflows).
         """
+        self.put_sorted(list(map(itemgetter(0), items)), list(map(itemgetter(1), items)))
+
+    def put_sorted(self, new_keys: list[bytes], new_values: list[bytes]) -> None:
+        """:meth:`put_many` of parallel lists of keys (sorted, distinct) and values."""
         ws = self.ws
-        n = len(items)
+        n = len(new_keys)
         i = 0
         while i < n and self.ref.root is None:
-            self.put(*items[i])
+            self.put(new_keys[i], new_values[i])
             i += 1
-        if i >= n:
-            return
-        new_keys = list(map(itemgetter(0), items))
-        new_values = list(map(itemgetter(1), items))
-        # ends[t] - ends[s] is what entries s..t-1 add to a leaf's size.
-        sizes = map(add, map(len, new_keys), map(len, new_values))
-        ends = list(accumulate(map(add, sizes, repeat(ENTRY_OVERHEAD)), initial=0))
         max_bytes = self.max_bytes
         while i < n:
             path, leaf = self._path(new_keys[i])
@@ -171,14 +167,14 @@ class BTree:
                     run_end = stop
                 # new_keys[i:run_end] all go in before keys[pos]: as many as fit, up to
                 # and including the one that overflows the leaf.
-                end = bisect_right(ends, max_bytes - size + ends[i], i + 1, run_end)
+                end, added = _fit(new_keys, new_values, i, run_end, max_bytes - size)
                 if end == i + 1:
                     keys.insert(pos, key)
                     values.insert(pos, new_values[i])
                 else:
                     keys[pos:pos] = new_keys[i:end]
                     values[pos:pos] = new_values[i:end]
-                size += ends[end] - ends[i]
+                size += added
                 count += end - i
                 pos += end - i
                 last = pos - 1
@@ -266,9 +262,7 @@ class BTree:
             cut = 1
             if node.is_leaf:
                 # The first cut whose left part holds at least half the bytes.
-                sizes = map(add, map(len, node.keys), map(len, node.values))
-                ends = list(accumulate(map(add, sizes, repeat(ENTRY_OVERHEAD))))
-                cut = bisect_left(ends, half) + 1
+                cut = _fit(node.keys, node.values, 0, n, half - 1)[0]
             else:
                 for cut, k in enumerate(node.keys, 1):  # noqa: B007
                     acc += len(k) + CHILD_OVERHEAD
@@ -349,23 +343,32 @@ class BTree:
         found: dict[bytes, bytes] = {}
         if root is None or not keys:
             return found
-        frontier = [(root, sorted(set(keys)))]
+        # Sorted, each key once (sorting keys that come in order costs one pass).
+        frontier = [(root, list(dict.fromkeys(sorted(keys))))]
         while frontier:
             nodes = yield [node_id for node_id, _ in frontier]
             deeper = []
             for node_id, wanted in frontier:
                 node = nodes[node_id]
+                seps = node.keys
                 if node.is_leaf:
-                    for key in wanted:
-                        i = bisect_left(node.keys, key)
-                        if i < len(node.keys) and node.keys[i] == key:
-                            found[key] = node.values[i]
+                    if seps:  # only the wanted keys within the leaf's first and last key
+                        lo = bisect_left(wanted, seps[0])
+                        for key in wanted[lo : bisect_right(wanted, seps[-1], lo)]:
+                            i = bisect_left(seps, key)
+                            if seps[i] == key:
+                                found[key] = node.values[i]
                     continue
-                groups: dict[int, list[bytes]] = {}
-                for key in wanted:
-                    i = bisect_right(node.keys, key) - 1
-                    groups.setdefault(i if i > 0 else 0, []).append(key)
-                deeper.extend((node.children[i], group) for i, group in groups.items())
+                # Each child takes the run of wanted keys below its right neighbour's
+                # separator: a bisect per child reached, not per key.
+                start, stop = 0, len(wanted)
+                while start < stop:
+                    i = bisect_right(seps, wanted[start]) - 1
+                    if i < 0:
+                        i = 0
+                    end = stop if i + 1 == len(seps) else bisect_left(wanted, seps[i + 1], start)
+                    deeper.append((node.children[i], wanted[start:end]))
+                    start = end
             frontier = deeper
         return found
 
@@ -509,6 +512,39 @@ class BTree:
             items = new
             if not exact and last_inner:
                 return items
+
+
+# Entries whose sizes _fit sums at once.
+_FIT_BLOCK = 32
+
+
+def _fit(keys: list[bytes], values: list[bytes], start: int, stop: int, room: int):
+    """Return ``(end, size)``: entries ``start..end-1`` are those that go into a leaf with
+    ``room`` bytes left, one by one, up to and including the first that overflows it (if
+    any, ``size > room``), and ``size`` is what they add to the leaf.
+
+    Sizes are summed 32 entries at a time (``b"".join`` is the cheapest length of many
+    bytes), one by one only inside the block that overflows.
+    """
+    size = 0
+    i = start
+    while i < stop:
+        j = stop if stop - i <= _FIT_BLOCK else i + _FIT_BLOCK
+        block = (
+            len(b"".join(keys[i:j])) + len(b"".join(values[i:j])) + ENTRY_OVERHEAD * (j - i)
+            if j - i > 1
+            else len(keys[i]) + len(values[i]) + ENTRY_OVERHEAD
+        )
+        if size + block <= room:
+            size += block
+            i = j
+            continue
+        while True:
+            size += len(keys[i]) + len(values[i]) + ENTRY_OVERHEAD
+            i += 1
+            if size > room:
+                return i, size
+    return i, size
 
 
 def _children(node: Inner, lo: bytes, hi: bytes | None, reverse: bool):
