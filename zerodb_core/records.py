@@ -272,18 +272,20 @@ class Table:
         pk_keys = [encode_key(pk) for pk, _ in rows]
         if len(set(pk_keys)) != len(pk_keys):
             raise QueryError("a batch of records must not repeat a primary key")
-        raw = self.view.run([self.records.get_many_reader(pk_keys)])[0]
-        found = self.view.run([self._decode_reader(raw.values())])[0]
-        olds = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
-        if found:
-            for (pk, _), old in zip(rows, olds):
-                if old is not None and insert and pk not in fresh:
-                    raise UniqueViolation(f"{self.spec.name}.pk", pk)
-                if old is not None and pk in fresh:
-                    raise IntegrityError(
-                        f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "
-                        "its id counter was rewound"
-                    )
+        # Rows that must all be new (an INSERT, or pks the store just allocated) need not
+        # wait for the record tree: their index paths are read in the same walk as their
+        # record paths (a single insert costs one round trip per tree level, not two), and
+        # a pk found after all fails the batch before anything is written.
+        speculative = insert or (bool(fresh) and all(pk in fresh for pk, _ in rows))
+        raw: dict | None = None
+        if speculative:
+            olds: list[dict | None] = [None] * len(rows)
+        else:
+            raw = self.view.run([self.records.get_many_reader(pk_keys)])[0]
+            found = self.view.run([self._decode_reader(raw.values())])[0]
+            olds = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
+            if found:
+                self._refuse_existing(rows, found, fresh, insert)
         in_order = all(map(lt, pk_keys, islice(pk_keys, 1, None)))
         changes = [_IndexChanges(index) for index in self.spec.indexes.values()]
         # Per index: how entries of a new record are made (a full-text index, an ordered
@@ -356,15 +358,20 @@ class Table:
         added = {change: change.entries(in_order) for change in changes}
         # Read every path the writes below will walk, all trees at once, one round trip
         # per level; the unique probes are then answered from memory.
-        self.view.run(
-            [
-                self.index_tree(change.index).paths_reader(
-                    sorted([*change.removed, *keys]) if change.removed else keys
-                )
-                for change, (keys, _) in added.items()
-                if change.removed or keys
-            ]
-        )
+        paths = [
+            self.index_tree(change.index).paths_reader(
+                sorted([*change.removed, *keys]) if change.removed else keys
+            )
+            for change, (keys, _) in added.items()
+            if change.removed or keys
+        ]
+        if raw is None:
+            raw = self.view.run([self.records.get_many_reader(pk_keys), *paths])[0]
+            if raw:
+                found = self.view.run([self._decode_reader(raw.values())])[0]
+                self._refuse_existing(rows, found, fresh, insert)
+        else:
+            self.view.run(paths)
         self._check_unique(probes)
         if rows:
             for change in changes:
@@ -397,6 +404,21 @@ class Table:
                 tree.delete(key)
             tree.put_sorted(keys, values)
         return olds
+
+    def _refuse_existing(
+        self, rows: list[tuple[Any, dict]], found: dict, fresh: frozenset, insert: bool
+    ) -> None:
+        """Refuse a batch that would overwrite a record it must not."""
+        for pk, _ in rows:
+            if pk not in found:
+                continue
+            if insert and pk not in fresh:
+                raise UniqueViolation(f"{self.spec.name}.pk", pk)
+            if pk in fresh:
+                raise IntegrityError(
+                    f"the store allocated id {pk!r} of {self.spec.name}, which is in use: "
+                    "its id counter was rewound"
+                )
 
     def _diff_entries(
         self,

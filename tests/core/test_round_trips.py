@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -297,3 +298,20 @@ def test_cold_query_in_a_fresh_process(loaded):
     salary = fields["salary"]
     assert stats["found"] == [p for p, _ in loaded.where(lambda f: f["salary"] == salary)]
     assert stats["round_trips"] <= COLD_BUDGET
+
+
+def test_adding_one_record_costs_one_round_trip_per_tree_level(loaded, tmp_path):
+    """A new record's index paths are read in the same lockstep walk as its record path:
+    root read + id block + one round trip per level of the tallest tree + the commit."""
+    source = Path(loaded.store[len("sqlite:///") :])
+    for suffix in ("", "-wal", "-shm", ".fresh"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copy(f"{source}{suffix}", tmp_path / f"copy.zdb{suffix}")
+    with DB(f"sqlite:///{tmp_path / 'copy.zdb'}", password=PASSWORD, kdf="fast") as db:
+        height = max(ref.height for ref in db.current_view().refs.values())
+        assert height >= 3  # 100,000 records: the paths are long enough to matter
+        with counted(db) as cost:
+            db.add(Employee(**person(random.Random(7))))
+        assert len(db[Employee]) == RECORDS + 1
+    print(f"add one record: {cost['round_trips']} round trips, tree height {height}")
+    assert cost["round_trips"] <= 3 + height
