@@ -58,9 +58,19 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
     "django_zerodb",
     "hr",
 ]
+
+# The API (hr/api.py) uses django_zerodb.rest's defaults (token and session
+# authentication, model permissions, filters, counted pagination); throttling is DRF's
+# DEFAULT_THROTTLE_RATES (docs/rest.md).
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {"TITLE": "HR API (django-zerodb example)", "VERSION": "1"}
 
 MIDDLEWARE = [
     # Round trips to the encrypted store per request (the admin's "Encrypted store" page).

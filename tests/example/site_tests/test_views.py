@@ -272,7 +272,30 @@ def test_detail_missing(client, staff, path):
     assert client.get(path).status_code == 404
 
 
-def test_api_placeholder(client):
-    response = client.get("/api/")
-    assert response.status_code == 501
-    assert "not built yet" in response.json()["detail"]
+def test_api_needs_credentials(client):
+    assert client.get("/api/employees/").status_code == 401
+
+
+def test_api_lists_and_queries_the_encrypted_employees(admin_client, staff):
+    from hr.models import Employee
+
+    listed = admin_client.get("/api/employees/?ordering=-salary").json()
+    assert listed["count"] == Employee.objects.count()
+    salaries = [e["salary"] for e in listed["results"]]
+    assert salaries == sorted(salaries, reverse=True)
+    department = Employee.objects.order_by("pk").first().department
+    answer = admin_client.post(
+        "/api/employees/query/",
+        {"filter": {"department_name": department.name}, "order_by": ["-salary"], "limit": 5},
+        content_type="application/json",
+    ).json()
+    assert answer["count"] == Employee.objects.filter(department=department).count()
+    expected = Employee.objects.filter(department=department).order_by("-salary", "-pk")[:5]
+    assert [e["id"] for e in answer["results"]] == [e.pk for e in expected]
+    bad = admin_client.post(
+        "/api/employees/query/",
+        {"filter": {"salary": {"$gte": "x"}}},
+        content_type="application/json",
+    )
+    assert bad.status_code == 400 and bad.json()["path"] == "filter.salary.$gte"
+    assert admin_client.get("/api/schema/").status_code == 200
