@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import random
 import sqlite3
 import statistics
@@ -24,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from bench.publish import publish
+from bench.publish import machine, publish
 from zerodb_core import DB
 from zerodb_core.demo import FIRST, Employee, fake_employee
 from zerodb_core.query import Contains, Gt, InRange
@@ -258,27 +256,6 @@ def markdown(report: dict) -> str:
             f"| {_kib(r['bytes_sent'])} | {_kib(r['bytes_received'])} | {times} |"
         )
     return "\n".join(lines)
-
-
-def machine() -> dict[str, Any]:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = os.cpu_count()
-    return {
-        "cpu": model,
-        "cores": cores,
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "platform": platform.platform(),
-        "summary": f"{cores} cores ({model}), Python {platform.python_version()}, "
-        f"SQLite {sqlite3.sqlite_version}",
-    }
 
 
 def main(argv: list[str] | None = None) -> dict:
