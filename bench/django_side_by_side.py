@@ -49,8 +49,7 @@ from typing import Any
 import django
 from django.conf import settings
 
-from bench.native_load import machine
-from bench.publish import REPO, publish
+from bench.publish import REPO, machine, publish
 from zerodb_core.demo import FIRST, LAST, TOPICS
 
 PASSPHRASE = "bench passphrase"

@@ -51,8 +51,7 @@ import redis
 from coincurve import PrivateKey
 from tqdm import tqdm
 
-from bench.native_load import machine
-from bench.publish import publish
+from bench.publish import machine, publish
 from blob_server.storage.redis import _COMMIT, RedisStorage
 from zerodb_core.transport.remote import RemoteTransport
 
