@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.children import clean_env, free_port, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
@@ -46,41 +47,8 @@ SEED_EMPLOYEES = 300
 ADMIN_PASSWORD = "e2e-admin-password-7731"
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """A child's environment: none of this run's pytest, Django or demo variables, the
-    fast (test-only) KDF, no bytecode written into the work tree."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PYTEST_", "DJANGO_", "ZERODB_", "HRSITE_"))
-    }
-    env["ZERODB_KDF"] = "fast"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> str:
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, (
-        f"{' '.join(args)} exited with {result.returncode}\n"
-        f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-    )
-    return result.stdout
+    return run_python(*args, cwd=cwd, env=env, timeout=timeout).stdout
 
 
 FACTS = """

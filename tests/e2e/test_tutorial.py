@@ -39,7 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ARTIFACTS, ROOT, clean_env, free_port
+from tests.children import clean_env, free_port
+from tests.e2e.conftest import ARTIFACTS, ROOT
 
 pytestmark = pytest.mark.xdist_group("e2e")
 

@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -23,40 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.children import clean_env, free_port, run_python
 from tests.example.conftest import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment of a child process: none of this run's pytest or Django settings,
-    none of the demo's variables unless given, and the fast KDF."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PYTEST_", "DJANGO_", "ZERODB_", "HRSITE_"))
-    }
-    env["ZERODB_KDF"] = "fast"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env.update(extra)
-    return env
-
-
 def run(*args: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> str:
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, (
-        f"{' '.join(args)} exited with {result.returncode}\n"
-        f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-    )
+    result = run_python(*args, cwd=cwd, env=env, timeout=timeout)
     return result.stdout + result.stderr
 
 
@@ -126,12 +99,6 @@ def test_check_with_a_blob_server_url_needs_no_local_store(project):
     )  # fmt: skip
     assert "zerodb://127.0.0.1:9 /keys/hr.zdbkey" in out
     assert not (project / "var" / "passphrase").exists()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str) -> tuple[int, str]:
