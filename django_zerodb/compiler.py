@@ -21,7 +21,7 @@ from django.db.transaction import TransactionManagementError
 
 from django_zerodb.evaluate import Evaluator
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
-from django_zerodb.query import SelectQuery, record_of
+from django_zerodb.query import SelectQuery
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
 
@@ -265,4 +265,4 @@ def lock_rows(connection, table: str, rows: list[tuple[Any, dict]]) -> None:
     if session.autocommit:
         return
     txn = session.transaction()
-    txn.apply(ExpectRecords(table, tuple((pk, record_of(f)) for pk, f in rows)))
+    txn.apply(ExpectRecords(table, tuple(rows)))

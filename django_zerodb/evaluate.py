@@ -58,10 +58,6 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _like(pattern: str) -> str:
-    return pattern
-
-
 LOOKUP_TESTS: dict[str, Callable[[Any, Any], bool]] = {
     "exact": lambda a, b: compare(a, b) == 0,
     "iexact": lambda a, b: _text(a).lower() == _text(b).lower(),
@@ -475,10 +471,6 @@ def _aggregate(ev: Evaluator, expr: Any, row: Row) -> Any:
     return values[id(expr)]
 
 
-def _number(value: Any) -> Any:
-    return value
-
-
 def _combined(ev: Evaluator, expr: Any, row: Row) -> Any:
     a = ev.value(expr.lhs, row)
     b = ev.value(expr.rhs, row)
@@ -797,11 +789,9 @@ def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
         found = ev._exists[id(expr)] = ev.decorrelate(expr.query)
     outer, keys = found
     if not outer:
-        result = bool(keys)
-    else:
-        values = tuple(ev.value(c, row) for c in outer)
-        result = None not in values and tuple(map(hashable, values)) in keys
-    return not result if getattr(expr, "negated", False) else result
+        return bool(keys)
+    values = tuple(ev.value(c, row) for c in outer)
+    return None not in values and tuple(map(hashable, values)) in keys
 
 
 def hashable(value: Any) -> Any:

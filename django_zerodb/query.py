@@ -55,10 +55,6 @@ Record = dict[str, Any]
 PK_ORDER = "\x00pk"
 
 
-def record_of(fields: Record) -> Record:
-    return fields
-
-
 class _Rows:
     """The minimal collection interface QueryResult needs, yielding ``(pk, record)``."""
 
