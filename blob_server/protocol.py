@@ -126,34 +126,56 @@ class Push:
 # -- encoding ------------------------------------------------------------------------------
 
 
-def _pack_parts(obj: object) -> tuple[bytes, bytes]:
-    """The length header and the body of a frame, apart: a sender that can write both
-    (``writelines``) saves copying a body of up to 48 MiB just to put 4 bytes before it."""
-    body = msgpack.packb(obj, use_bin_type=True)
+def _checked(body: bytes) -> bytes:
     if len(body) > MAX_FRAME_BYTES:
         raise FrameTooLargeError(
             f"frame of {len(body)} bytes exceeds the limit of {MAX_FRAME_BYTES}", code=TOO_LARGE
         )
-    return LENGTH.pack(len(body)), body
+    return body
 
 
 def _pack(obj: object) -> bytes:
-    return b"".join(_pack_parts(obj))
+    body = _checked(msgpack.packb(obj, use_bin_type=True))
+    return LENGTH.pack(len(body)) + body
+
+
+class FramePacker:
+    """Pack frames with one ``msgpack.Packer`` that is kept, the sending counterpart of
+    ``FrameReceiver``.
+
+    *Why:* ``msgpack.packb`` makes a new Packer per call, whose buffer starts at 256 KiB
+    and is grown by doubling: packing a 1 MiB answer of 64 blobs took 1.1 ms that way, and
+    0.05 ms with a Packer whose buffer has already grown (the buffer is kept across calls;
+    one that grew past ``KEEP_BYTES`` is let go, so a rare huge frame does not pin its
+    memory). Not thread-safe: the server keeps one per event loop, the client one per
+    connection.
+    """
+
+    KEEP_BYTES: Final = 8 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def parts(self, obj: object) -> tuple[bytes, bytes]:
+        """The length header and the body of a frame, apart: a sender that writes both
+        saves copying a body of up to 48 MiB just to put 4 bytes before it."""
+        body = self._packer.pack(obj)  # resets the buffer, also when packing fails
+        if len(body) > self.KEEP_BYTES:
+            self._packer = msgpack.Packer(use_bin_type=True)
+        return LENGTH.pack(len(_checked(body))), body
+
+    def request(self, request_id: int, op: str, args: dict) -> tuple[bytes, bytes]:
+        """The frame of one request, as (header, body)."""
+        return self.parts([request_id, op, args])
+
+    def ok(self, request_id: int, result: object) -> tuple[bytes, bytes]:
+        """The frame of a successful answer, as (header, body)."""
+        return self.parts([request_id, OK, result])
 
 
 def request_frame(request_id: int, op: str, args: dict) -> bytes:
     """Return the frame of one request."""
     return _pack([request_id, op, args])
-
-
-def ok_frame(request_id: int, result: object) -> bytes:
-    """Return the frame of a successful answer."""
-    return _pack([request_id, OK, result])
-
-
-def ok_frame_parts(request_id: int, result: object) -> tuple[bytes, bytes]:
-    """The frame of a successful answer as (header, body), for ``writelines``."""
-    return _pack_parts([request_id, OK, result])
 
 
 def error_frame(request_id: int, code: str, message: str) -> bytes:

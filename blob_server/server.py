@@ -225,6 +225,8 @@ class BlobServer:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._gc_task: asyncio.Task | None = None
+        # Answers are packed on the event loop's thread only, so one packer serves all.
+        self._packer = protocol.FramePacker()
         self._ops: dict[str, Callable[[Session, dict], Awaitable[object]]] = {
             "challenge": self._op_challenge,
             "hello": self._op_challenge,
@@ -396,7 +398,7 @@ class BlobServer:
             if op not in self._public_ops and session.tenant is None:
                 raise RequestError(protocol.UNAUTHENTICATED, "log in first")
             result = await handler(session, request.args)
-            frame = protocol.ok_frame_parts(request_id, result)
+            frame = self._packer.ok(request_id, result)
             status = "ok"
         except protocol.ProtocolError as exc:
             frame = (protocol.error_frame(exc.request_id, exc.code, str(exc)),)

@@ -19,6 +19,10 @@ from blob_server.protocol import (
 )
 
 
+def ok_frame(request_id: int, result: object) -> bytes:
+    return b"".join(protocol.FramePacker().ok(request_id, result))
+
+
 def body(frame: bytes) -> bytes:
     (length,) = protocol.LENGTH.unpack(frame[:4])
     assert length == len(frame) - 4
@@ -32,7 +36,7 @@ def test_request_round_trip():
 
 
 def test_response_round_trip():
-    ok = parse_response(body(protocol.ok_frame(3, {"blobs": {b"k" * 16: b"v"}, "deferred": []})))
+    ok = parse_response(body(ok_frame(3, {"blobs": {b"k" * 16: b"v"}, "deferred": []})))
     assert ok.ok and ok.request_id == 3 and ok.result["blobs"] == {b"k" * 16: b"v"}
     err = parse_response(body(protocol.error_frame(4, "bad_request", "nope")))
     assert not err.ok and err.result == ("bad_request", "nope")
@@ -51,7 +55,40 @@ def test_oversized_header_is_refused_before_reading():
 
 def test_oversized_frame_is_not_built():
     with pytest.raises(FrameTooLargeError):
-        protocol.ok_frame(1, b"x" * (MAX_FRAME_BYTES + 1))
+        ok_frame(1, b"x" * (MAX_FRAME_BYTES + 1))
+
+
+frame_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.binary() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(frame_values, min_size=1, max_size=5))
+def test_a_kept_packer_packs_every_frame_as_packb_does(values):
+    """The packer's buffer is reused: no frame may carry bytes of the one before it."""
+    packer = protocol.FramePacker()
+    for rid, value in enumerate(values, 1):
+        header, frame_body = packer.ok(rid, value)
+        assert frame_body == msgpack.packb([rid, protocol.OK, value], use_bin_type=True)
+        assert header == protocol.LENGTH.pack(len(frame_body))
+
+
+def test_a_packer_survives_a_failed_and_a_huge_frame():
+    packer = protocol.FramePacker()
+    with pytest.raises(TypeError):
+        packer.ok(1, {"x": object()})  # not a protocol value
+    big = b"b" * (protocol.FramePacker.KEEP_BYTES + 1)
+    assert parse_response(packer.ok(2, big)[1]) == protocol.Response(2, True, big)
+    assert packer.request(3, "ping", {}) == (
+        protocol.LENGTH.pack(len(body(protocol.request_frame(3, "ping", {})))),
+        body(protocol.request_frame(3, "ping", {})),
+    )
+    with pytest.raises(FrameTooLargeError):
+        packer.ok(4, b"x" * (MAX_FRAME_BYTES + 1))
+    assert parse_response(packer.ok(5, "after")[1]) == protocol.Response(5, True, "after")
 
 
 @pytest.mark.parametrize(

@@ -359,5 +359,5 @@ def test_malformed_pushes_are_refused(frame):
 def test_push_frames_round_trip():
     body = protocol.push_frame("main", 7)[protocol.LENGTH.size :]
     assert protocol.parse_server_frame(body) == protocol.Push("main", 7)
-    answer = protocol.ok_frame(0, {"x": 1})[protocol.LENGTH.size :]
+    answer = protocol.FramePacker().ok(0, {"x": 1})[1]
     assert protocol.parse_server_frame(answer) == protocol.Response(0, True, {"x": 1})

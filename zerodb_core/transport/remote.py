@@ -128,14 +128,15 @@ class _DroppedError(Exception):
 
 
 class _Connection:
-    """One socket of the transport (logged in once ``sock`` is set), its frame buffer and
+    """One socket of the transport (logged in once ``sock`` is set), its frame buffers and
     its request ids. Used by one thread at a time: the primary under the transport's
     ``_lock``, a pooled one while taken from the pool."""
 
-    __slots__ = ("epoch", "ids", "receiver", "sock")
+    __slots__ = ("epoch", "ids", "packer", "receiver", "sock")
 
     def __init__(self, epoch: int = 0) -> None:
         self.sock: socket.socket | None = None
+        self.packer = protocol.FramePacker()
         self.receiver = protocol.FrameReceiver()
         self.ids = itertools.count(1)
         self.epoch = epoch  # the transport's close count when it was last given back
@@ -390,8 +391,9 @@ class RemoteTransport(Transport):
         ids = [next(conn.ids) for _ in requests]
         try:
             payload = b"".join(
-                protocol.request_frame(rid, op, args)
+                part
                 for rid, (op, args) in zip(ids, requests, strict=True)
+                for part in conn.packer.request(rid, op, args)
             )
         except protocol.FrameTooLargeError as exc:
             raise InvalidRequestError(f"request too large for the protocol: {exc}") from None
