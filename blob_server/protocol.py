@@ -62,6 +62,9 @@ MAX_OP_LENGTH: Final = 32
 MAX_MESSAGE_LENGTH: Final = 1024
 
 LENGTH: Final = struct.Struct(">I")
+BIN8: Final = struct.Struct(">BB")
+BIN16: Final = struct.Struct(">BH")
+BIN32: Final = struct.Struct(">BI")
 LOGIN_DOMAIN: Final = b"zerodb-login-v1"
 NONCE_BYTES: Final = 32
 
@@ -168,9 +171,72 @@ class FramePacker:
         """The frame of one request, as (header, body)."""
         return self.parts([request_id, op, args])
 
-    def ok(self, request_id: int, result: object) -> tuple[bytes, bytes]:
-        """The frame of a successful answer, as (header, body)."""
+    def ok(self, request_id: int, result: object) -> tuple[bytes, ...]:
+        """The frame of a successful answer, as (header, body), or for a ``BlobsResult``
+        as the header and the body in pieces (see ``blobs``)."""
+        if type(result) is BlobsResult:
+            return self.blobs(request_id, result)
         return self.parts([request_id, OK, result])
+
+    def blobs(self, request_id: int, result: BlobsResult) -> tuple[bytes, ...]:
+        """The frame of a get_blobs answer as the header, then the body in pieces that
+        refer to the blobs instead of copying them.
+
+        *Why:* packing copies every blob into the body, and the body into a new ``bytes``:
+        two 1 MiB copies per 64-blob answer, a sixth of the server's CPU on that request.
+        The pieces are the bytes ``packb([request_id, "ok", {"blobs": ..., "deferred":
+        ...}])`` gives (msgpack headers made here, blobs as they are); a sender writes
+        them with one ``writelines`` (one ``sendmsg``).
+        """
+        pack = self._packer
+        pieces: list[bytes] = [b""]  # the length header, once the size is known
+        small = [
+            pack.pack_array_header(3),
+            pack.pack(request_id),
+            pack.pack(OK),
+            pack.pack_map_header(2),
+            pack.pack("blobs"),
+            pack.pack_map_header(len(result.blobs)),
+        ]
+        for blob_id, data in result.blobs.items():
+            small.append(pack.pack(blob_id))
+            small.append(_bin_header(len(data)))
+            pieces.append(b"".join(small))
+            pieces.append(data)
+            small.clear()
+        small.append(pack.pack("deferred"))
+        small.append(pack.pack(result.deferred))
+        pieces.append(b"".join(small))
+        size = sum(map(len, pieces))
+        if size > MAX_FRAME_BYTES:
+            raise FrameTooLargeError(
+                f"frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES}", code=TOO_LARGE
+            )
+        pieces[0] = LENGTH.pack(size)
+        return tuple(pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class BlobsResult:
+    """The result of get_blobs: found blobs by id, and the ids deferred to a later request.
+
+    On the wire it is the map ``{"blobs": blobs, "deferred": deferred}``; a server
+    handler returns this instead of the map so that ``FramePacker`` sends the blobs
+    without copying them.
+    """
+
+    blobs: dict[bytes, bytes]
+    deferred: list[bytes]
+
+
+def _bin_header(size: int) -> bytes:
+    """The msgpack header of a ``bin`` of ``size`` bytes, in the shortest form, as
+    msgpack writes it (msgpack's Packer has no public call for it)."""
+    if size < 0x100:
+        return BIN8.pack(0xC4, size)
+    if size < 0x10000:
+        return BIN16.pack(0xC5, size)
+    return BIN32.pack(0xC6, size)
 
 
 def request_frame(request_id: int, op: str, args: dict) -> bytes:

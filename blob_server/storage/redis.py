@@ -54,9 +54,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-import redis.asyncio
-from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
@@ -73,13 +72,13 @@ from blob_server.storage.base import (
     Storage,
     TenantUsage,
 )
+from blob_server.storage.resp import MGET_CHUNK, RespBlobReader
 
 log = logging.getLogger(__name__)
 
 NAMESPACE_KEY = b"zdb:ns"
 GC_SCOPES_KEY = b"zdb:gc"
 NAMESPACE_KEY_SIZE = 32
-_MGET_CHUNK = 1_000  # ids per MGET; several chunks go out in one pipeline
 _GC_BATCH = 500  # garbage entries per GC script run: keeps Redis responsive to committers
 
 # Shared by the scripts that write: tenant usage and quotas. ``zdb:{T}:u`` holds the
@@ -345,13 +344,17 @@ class RedisStorage(Storage):
         except (ValueError, TypeError) as exc:
             raise StorageUnavailableError(f"bad Redis storage URL {self.url!r}: {exc}") from exc
         self._redis = redis.Redis(connection_pool=self._pool)
-        # The asyncio client (aget_blobs) is made on the server's event loop when first used.
-        self._raw_url = url
-        self._socket_timeout = socket_timeout
-        self._connect_timeout = connect_timeout
-        self._max_connections = max_connections
-        self._aclient: redis.asyncio.Redis | None = None
-        self._aclient_loop: asyncio.AbstractEventLoop | None = None
+        # Blob reads on the event loop (aget_blobs); with TLS to Redis, which the reader
+        # does not speak, they run the blocking client in a worker thread instead.
+        self._reader: RespBlobReader | None = None
+        if not issubclass(self._pool.connection_class, redis.SSLConnection):
+            self._reader = RespBlobReader(
+                parse_url(url),
+                url=self.url,
+                socket_timeout=socket_timeout,
+                connect_timeout=connect_timeout,
+                max_connections=max_connections,
+            )
         self._commit_script = self._redis.register_script(_COMMIT)
         self._keyring_script = self._redis.register_script(_PUT_KEYRING)
         self._collect_script = self._redis.register_script(_COLLECT)
@@ -456,61 +459,34 @@ class RedisStorage(Storage):
         with self._errors():
             scope = self._scope(tenant, database)
             keys = [scope.blob(i) for i in wanted]
-            if len(keys) <= _MGET_CHUNK:
+            if len(keys) <= MGET_CHUNK:
                 values = self._redis.mget(keys)
             else:
                 pipe = self._redis.pipeline(transaction=False)
-                for start in range(0, len(keys), _MGET_CHUNK):
-                    pipe.mget(keys[start : start + _MGET_CHUNK])
+                for start in range(0, len(keys), MGET_CHUNK):
+                    pipe.mget(keys[start : start + MGET_CHUNK])
                 values = [value for chunk in pipe.execute() for value in chunk]
         return {i: data for i, data in zip(wanted, values) if data is not None}
 
     async def aget_blobs(
         self, tenant: str, database: str, ids: Sequence[bytes]
     ) -> dict[bytes, bytes]:
-        """:meth:`get_blobs` through redis-py's asyncio client, on the caller's event loop:
-        no worker thread per read (the hand-off cost a quarter of a 64-blob fetch)."""
+        """:meth:`get_blobs` on the caller's event loop, through ``RespBlobReader`` (see
+        ``blob_server.storage.resp`` for why not redis-py's asyncio client)."""
+        if self._reader is None:
+            return await asyncio.to_thread(self.get_blobs, tenant, database, ids)
         v.check_scope(tenant, database)
         wanted = v.check_ids(ids)
         if not wanted:
             return {}
         with self._errors():
             keys = [self._scope(tenant, database).blob(i) for i in wanted]
-        client = self._async_client()
-        try:
-            if len(keys) <= _MGET_CHUNK:
-                values = await client.mget(keys)
-            else:
-                pipe = client.pipeline(transaction=False)
-                for start in range(0, len(keys), _MGET_CHUNK):
-                    pipe.mget(keys[start : start + _MGET_CHUNK])
-                values = [value for chunk in await pipe.execute() for value in chunk]
-        except RedisError as exc:
-            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
-        return {i: data for i, data in zip(wanted, values) if data is not None}
-
-    def _async_client(self) -> redis.asyncio.Redis:
-        """The asyncio client of the running event loop (made on first use there)."""
-        if self._closed:
-            raise StorageUnavailableError(f"storage {self.url} is closed")
-        loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aclient_loop is not loop:
-            self._aclient = redis.asyncio.Redis.from_url(
-                self._raw_url,
-                socket_timeout=self._socket_timeout,
-                socket_connect_timeout=self._connect_timeout,
-                # Reads are idempotent: one retry on a fresh connection after Redis
-                # restarted (the pool may still hold connections to the old process).
-                retry=AsyncRetry(NoBackoff(), 1),
-                max_connections=self._max_connections,
-            )
-            self._aclient_loop = loop
-        return self._aclient
+        values = await self._reader.mget(keys)
+        return {i: data for i, data in zip(wanted, values, strict=True) if data is not None}
 
     async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
+        if self._reader is not None:
+            await self._reader.aclose()
 
     def get_root(self, tenant: str, database: str) -> RootRecord:
         """Return the current root, ``EMPTY_ROOT`` for a database never committed to."""

@@ -176,6 +176,25 @@ def test_store_query_restart_query(setup):
         assert answers(fresh) == before
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_either_event_loop_serves(setup, tmp_path, loop):
+    server, keys = setup
+    tenants = Path(server.args[server.args.index("--tenants") + 1])
+    other = ServerProcess("memory://", tenants, tmp_path / "loop.log")
+    other.args += ["--loop", loop]
+    other.start()
+    try:
+        # A database of its own: the key file's freshness record knows the others' seqs.
+        with open_db(other, keys["acme"], database=f"loop-{loop}") as db:
+            with db.transaction():
+                db.add(*[Employee(name="Ann", surname=f"L{i}", salary=i) for i in range(300)])
+            assert len(db[Employee].query(InRange("salary", 100, 199))) == 100
+    finally:
+        other.stop()
+    log = other.log.read_text(errors="replace")
+    assert f"event=loop name={loop}" in log and "Traceback" not in log
+
+
 def test_second_tenant_sees_only_its_own_data(setup):
     server, keys = setup
     with open_db(server, keys["acme"]) as acme:
