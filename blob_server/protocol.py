@@ -188,25 +188,25 @@ class FramePacker:
         ...}])`` gives (msgpack headers made here, blobs as they are); a sender writes
         them with one ``writelines`` (one ``sendmsg``).
         """
-        pack = self._packer
-        pieces: list[bytes] = [b""]  # the length header, once the size is known
-        small = [
-            pack.pack_array_header(3),
-            pack.pack(request_id),
-            pack.pack(OK),
-            pack.pack_map_header(2),
-            pack.pack("blobs"),
-            pack.pack_map_header(len(result.blobs)),
-        ]
-        for blob_id, data in result.blobs.items():
-            small.append(pack.pack(blob_id))
-            small.append(_bin_header(len(data)))
-            pieces.append(b"".join(small))
-            pieces.append(data)
-            small.clear()
-        small.append(pack.pack("deferred"))
-        small.append(pack.pack(result.deferred))
-        pieces.append(b"".join(small))
+        pack = self._packer.pack
+        prefix = (
+            self._packer.pack_array_header(3)
+            + pack(request_id)
+            + pack(OK)
+            + self._packer.pack_map_header(2)
+            + pack("blobs")
+            + self._packer.pack_map_header(len(result.blobs))
+        )
+        heads = [pack(blob_id) + _bin_header(len(data)) for blob_id, data in result.blobs.items()]
+        tail = pack("deferred") + pack(result.deferred)
+        if heads:
+            heads[0] = prefix + heads[0]
+        else:
+            tail = prefix + tail
+        pieces: list[bytes] = [b""] * (2 * len(heads) + 2)  # the length header goes first
+        pieces[1:-1:2] = heads
+        pieces[2:-1:2] = result.blobs.values()
+        pieces[-1] = tail
         size = sum(map(len, pieces))
         if size > MAX_FRAME_BYTES:
             raise FrameTooLargeError(

@@ -457,8 +457,7 @@ class RedisStorage(Storage):
         if not wanted:
             return {}
         with self._errors():
-            scope = self._scope(tenant, database)
-            keys = [scope.blob(i) for i in wanted]
+            keys = list(map(self._scope(tenant, database).blob, wanted))
             if len(keys) <= MGET_CHUNK:
                 values = self._redis.mget(keys)
             else:
@@ -480,7 +479,7 @@ class RedisStorage(Storage):
         if not wanted:
             return {}
         with self._errors():
-            keys = [self._scope(tenant, database).blob(i) for i in wanted]
+            keys = list(map(self._scope(tenant, database).blob, wanted))
         values = await self._reader.mget(keys)
         return {i: data for i, data in zip(wanted, values, strict=True) if data is not None}
 

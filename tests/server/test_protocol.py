@@ -76,6 +76,28 @@ def test_a_kept_packer_packs_every_frame_as_packb_does(values):
         assert header == protocol.LENGTH.pack(len(frame_body))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, protocol.MAX_REQUEST_ID),
+    st.dictionaries(
+        st.binary(min_size=16, max_size=16),
+        st.sampled_from([0, 1, 255, 256, 65535, 65536, 70000]).map(lambda n: b"v" * n),
+        max_size=6,
+    ),
+    st.lists(st.binary(min_size=16, max_size=16), max_size=3),
+)
+def test_a_blobs_answer_is_sent_as_the_bytes_packb_gives(request_id, blobs, deferred):
+    """The answer is built from pieces that refer to the blobs; joined, they must be the
+    frame msgpack itself would make, for every size class of msgpack's bin header."""
+    packer = protocol.FramePacker()
+    pieces = packer.ok(request_id, protocol.BlobsResult(blobs, deferred))
+    expected = msgpack.packb(
+        [request_id, protocol.OK, {"blobs": blobs, "deferred": deferred}], use_bin_type=True
+    )
+    assert b"".join(pieces) == protocol.LENGTH.pack(len(expected)) + expected
+    assert all(any(piece is blob for piece in pieces) for blob in blobs.values() if blob)
+
+
 def test_a_packer_survives_a_failed_and_a_huge_frame():
     packer = protocol.FramePacker()
     with pytest.raises(TypeError):

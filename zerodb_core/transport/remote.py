@@ -80,7 +80,7 @@ from zerodb_core.exceptions import (
     QuotaExceededError,
     StoreUnavailableError,
 )
-from zerodb_core.transport.base import MAX_SEQ, Transport
+from zerodb_core.transport.base import MAX_SEQ, Transport, all_bytes
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
@@ -732,9 +732,8 @@ def _blob_answer(answer: object) -> tuple[dict[bytes, bytes], list[bytes]]:
     blobs, deferred = answer["blobs"], answer["deferred"]
     if type(blobs) is not dict or type(deferred) is not list:
         raise IntegrityError("the blob server sent a malformed blob answer")
-    if not all(type(k) is bytes and type(v) is bytes for k, v in blobs.items()) or not all(
-        type(i) is bytes for i in deferred
-    ):
+    # The blobs' types are checked by Transport.get_blobs, with every store's.
+    if not all_bytes(deferred):
         raise IntegrityError("the blob server sent a blob answer with something not bytes")
     return blobs, deferred
 
