@@ -29,6 +29,7 @@ from typing import Any, Final
 import hiredis
 
 from blob_server.exceptions import StorageUnavailableError
+from blob_server.storage.validation import MAX_BLOB_SIZE
 
 #: Keys per MGET; longer lists go out as several MGETs in one pipeline, so Redis is not
 #: held by one huge command (the blocking client in ``redis.py`` chunks alike).
@@ -135,6 +136,8 @@ class _Mget:
                 if buffer[pos] != 0x24:  # "$"
                     raise RespProtocolError("an MGET value must be a bulk string")
                 size = _digits(buffer[pos + 1 : stop], "value length")
+                if size > MAX_BLOB_SIZE:  # no blob is larger: refuse to buffer one that is
+                    raise RespProtocolError(f"a value of {size} bytes is larger than any blob")
                 if size < 0:
                     values.append(None)
                     pos = stop + 2

@@ -23,6 +23,7 @@ from blob_server.storage.resp import (
     _Connection,
     _Mget,
 )
+from blob_server.storage.validation import MAX_BLOB_SIZE
 from tests.server.conftest import start_redis_server, stop_redis_server
 from tests.server.test_storage import new_id
 
@@ -85,6 +86,7 @@ def test_hostile_bytes_raise_only_resp_errors(data, count):
         (b"*1\r\n$1\r\nab\r\n", 1),  # the value overruns its length
         (b"*1\r\n$" + b"9" * 40 + b"\r\n", 1),  # a header longer than any real one
         (b"*" + b"1" * 40, 1),
+        (b"*1\r\n$%d\r\n" % (MAX_BLOB_SIZE + 1), 1),  # refused before it is buffered
     ],
 )
 def test_malformed_replies_are_refused(data, count):
