@@ -61,10 +61,10 @@ LISTENING = re.compile(rb"event=listening bind=127\.0\.0\.1:(\d+)")
 ENV_KEY = "ZERODB_BENCH_LOGIN_KEY"  # the throwaway login key, for the worker processes
 ID_BYTES = 16
 ROOT_BYTES = 512
-#: glibc's M_TOP_PAD, and the value both the measuring clients and the tuned server use.
+#: glibc's M_TOP_PAD, and the value the measuring clients use (the server sets the same
+#: itself: blob_server.cli._keep_freed_memory).
 M_TOP_PAD = -2
 TOP_PAD_BYTES = 64 << 20
-TUNED_ENV = {"MALLOC_TOP_PAD_": str(TOP_PAD_BYTES)}
 
 
 def tune_client_malloc() -> None:
@@ -155,16 +155,14 @@ def cli(*args: str) -> str:
     return done.stdout
 
 
-def start_server(
-    redis_url: str, tenants: Path, log: Path, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen, int]:
+def start_server(redis_url: str, tenants: Path, log: Path) -> tuple[subprocess.Popen, int]:
     """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file)."""
     argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", redis_url]
     argv += ["--tenants", str(tenants), "--gc-interval", "0", "--bind", "127.0.0.1:0"]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            argv, cwd=REPO, env={**environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=out
+            argv, cwd=REPO, env=environ, stdout=subprocess.DEVNULL, stderr=out
         )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and process.poll() is None:
@@ -448,7 +446,6 @@ WAYS = {
     "raw": "raw redis-py",
     "storage": "`RedisStorage` in-process",
     "server": "blob server (`RemoteTransport`)",
-    "server_top_pad": f"same, server run with `MALLOC_TOP_PAD_={TOP_PAD_BYTES}`",
 }
 
 
@@ -534,12 +531,10 @@ def main(argv: list[str] | None = None) -> dict | None:
             login_key = PrivateKey()
             cli("add-tenant", TENANT, "--tenants", str(tenants))
             cli("add-key", TENANT, login_key.public_key.format().hex(), "--tenants", str(tenants))
-            # The server as deployed, and the same with glibc's top pad (see tune_client_malloc).
-            ports, pids = {}, {"redis": redis_proc.pid}
-            for name, extra in (("server", None), ("server_top_pad", TUNED_ENV)):
-                log = tmp_path / f"{name}.log"
-                servers[name], ports[name] = start_server(args.redis_url, tenants, log, extra)
-                pids[name] = servers[name].pid
+            log = tmp_path / "server.log"
+            servers["server"], port = start_server(args.redis_url, tenants, log)
+            ports = {"server": port}
+            pids = {"redis": redis_proc.pid, "server": servers["server"].pid}
             env = {**os.environ, ENV_KEY: login_key.secret.hex()}
 
             raw = redis.Redis.from_url(args.redis_url)
