@@ -563,15 +563,16 @@ class BlobServer:
             )
         garbage = _id_list(args["garbage"], "garbage ids")
         database = _database(args)
-        result = await self._storage(
-            self.storage.commit,
-            session.tenant,
-            database,
-            expected_seq=args["expected_seq"],
-            root=args["root"],
-            blobs=blobs,
-            garbage=garbage,
-            quota=self._quota(session.tenant),
+        result = await self._storage_async(
+            self.storage.acommit(
+                session.tenant,
+                database,
+                expected_seq=args["expected_seq"],
+                root=args["root"],
+                blobs=blobs,
+                garbage=garbage,
+                quota=self._quota(session.tenant),
+            )
         )
         log_event(
             logging.DEBUG,  # per commit: at INFO it cost a seventh of the loop's time

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from blob_server.exceptions import InvalidRequestError, QuotaExceededError
+
+T = TypeVar("T")
 
 BLOB_ID_SIZE = 16
 DEFAULT_RETENTION_SECONDS = 600.0
@@ -212,16 +215,48 @@ class Storage(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to free
         """Release resources (files, connections)."""
 
-    # -- the server's asynchronous read path -----------------------------------------------
-    # Reads are most of a server's requests. A backend with an asyncio client (Redis) or no
-    # I/O at all (memory) answers them on the event loop; the default hands the synchronous
-    # call to a worker thread, as the server does for every other operation.
+    # -- the server's asynchronous path ------------------------------------------------------
+    # Reads and commits are most of a server's requests. A backend with an asyncio client
+    # (Redis) or no I/O at all (memory) answers them on the event loop; the default hands
+    # the synchronous call to a worker thread, as the server does for every other operation
+    # (the hand-off costs about 0.2 ms a request on a 2-core machine).
+
+    #: A backend without I/O (memory) sets this: its calls run on the event loop at once.
+    inline: bool = False
+
+    async def _on_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.inline:
+            return fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     async def aget_blobs(
         self, tenant: str, database: str, ids: Sequence[bytes]
     ) -> dict[bytes, bytes]:
         """:meth:`get_blobs` for an asyncio caller."""
-        return await asyncio.to_thread(self.get_blobs, tenant, database, ids)
+        return await self._on_loop(self.get_blobs, tenant, database, ids)
+
+    async def acommit(
+        self,
+        tenant: str,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
+    ) -> CommitResult:
+        """:meth:`commit` for an asyncio caller."""
+        return await self._on_loop(
+            self.commit,
+            tenant,
+            database,
+            expected_seq=expected_seq,
+            root=root,
+            blobs=blobs,
+            garbage=garbage,
+            quota=quota,
+        )
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release what the asynchronous read path holds (called on the event loop)."""

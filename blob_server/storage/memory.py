@@ -45,6 +45,8 @@ class MemoryStorage(Storage):
     garbage collection without sleeping.
     """
 
+    inline = True  # no I/O: the server's reads and commits run on its event loop
+
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._lock = threading.Lock()
@@ -67,12 +69,6 @@ class MemoryStorage(Storage):
     def _state(self, tenant: str, database: str) -> _Database:
         """Return the database's state, creating it on first write."""
         return self._databases.setdefault(v.check_scope(tenant, database), _Database())
-
-    async def aget_blobs(
-        self, tenant: str, database: str, ids: Sequence[bytes]
-    ) -> dict[bytes, bytes]:
-        """In memory: answered at once, no worker thread."""
-        return self.get_blobs(tenant, database, ids)
 
     def get_blobs(self, tenant: str, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
         """Return the blobs with these ids; missing ids are absent."""

@@ -50,10 +50,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisError
@@ -309,6 +312,44 @@ def _quota_error(tenant: str, reply: list) -> QuotaExceededError:
     return QuotaExceededError(tenant, resource.decode("ascii"), used, adding, limit)
 
 
+@dataclass(slots=True)
+class _CommitPlan:
+    """One commit as the Lua script takes it (see ``RedisStorage._commit_plan``)."""
+
+    tenant: str
+    seq: int
+    root: bytes
+    ids: list[bytes]
+    sha: str
+    keys: list[bytes]
+    args: list[Any]
+    gc_tag: bytes | None  # with garbage: SADD the scope's tag to the collector's set
+
+    def queue(self, pipe: Any) -> None:
+        """Queue the script (and the SADD) on a pipeline, blocking or asyncio."""
+        pipe.evalsha(self.sha, len(self.keys), *self.keys, *self.args)
+        if self.gc_tag is not None:
+            pipe.sadd(GC_SCOPES_KEY, self.gc_tag)
+
+    @staticmethod
+    def reply(replies: list[Any]) -> Any:
+        """The script's reply among the pipeline's; an error is raised, except
+        NoScriptError, which the caller answers by loading the script again."""
+        reply = replies[0]
+        if isinstance(reply, Exception) and not isinstance(reply, NoScriptError):
+            raise reply
+        return reply
+
+    def result(self, reply: Any) -> CommitResult:
+        if reply[0] == 1:
+            return CommitResult(True, RootRecord(self.seq + 1, self.root))
+        if reply[0] == 0:
+            return CommitResult(False, RootRecord(int(reply[1]), reply[2]))
+        if reply[0] == 3:
+            raise _quota_error(self.tenant, reply)
+        raise BlobExistsError(f"blob {self.ids[int(reply[1])].hex()} already exists")
+
+
 class RedisStorage(Storage):
     """Store blobs, roots, keyrings, counters and garbage in Redis.
 
@@ -347,6 +388,13 @@ class RedisStorage(Storage):
         # Blob reads on the event loop (aget_blobs); with TLS to Redis, which the reader
         # does not speak, they run the blocking client in a worker thread instead.
         self._reader: RespBlobReader | None = None
+        # Commits on the event loop (acommit): redis-py's asyncio client, made on the
+        # server's loop when first used, never retrying (a commit may not be re-sent).
+        self._url = url
+        self._timeouts = (socket_timeout, connect_timeout)
+        self._max_connections = max_connections
+        self._aclient: redis.asyncio.Redis | None = None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
         if not issubclass(self._pool.connection_class, redis.SSLConnection):
             self._reader = RespBlobReader(
                 parse_url(url),
@@ -483,9 +531,28 @@ class RedisStorage(Storage):
         values = await self._reader.mget(keys)
         return {i: data for i, data in zip(wanted, values, strict=True) if data is not None}
 
+    def _async_client(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (made on first use there)."""
+        if self._closed:
+            raise StorageUnavailableError(f"storage {self.url} is closed")
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            self._aclient = redis.asyncio.Redis.from_url(
+                self._url,
+                socket_timeout=self._timeouts[0],
+                socket_connect_timeout=self._timeouts[1],
+                retry=AsyncRetry(NoBackoff(), 0),
+                max_connections=self._max_connections,
+            )
+            self._aclient_loop = loop
+        return self._aclient
+
     async def aclose(self) -> None:
         if self._reader is not None:
             await self._reader.aclose()
+        if self._aclient is not None and self._aclient_loop is asyncio.get_running_loop():
+            await self._aclient.aclose()
+        self._aclient = None
 
     def get_root(self, tenant: str, database: str) -> RootRecord:
         """Return the current root, ``EMPTY_ROOT`` for a database never committed to."""
@@ -510,52 +577,81 @@ class RedisStorage(Storage):
         if it also repeats an existing blob id. With garbage, the scope is added to the
         collector's set in the same round trip, after the script (see ``collect_garbage``).
         """
+        plan = self._commit_plan(tenant, database, expected_seq, root, blobs, garbage, quota)
+        with self._errors():
+            for attempt in range(2):
+                pipe = self._redis.pipeline(transaction=False)
+                plan.queue(pipe)
+                reply = plan.reply(pipe.execute(raise_on_error=False))
+                if isinstance(reply, NoScriptError) and not attempt:  # Redis was restarted
+                    self._commit_script.sha = plan.sha = self._redis.script_load(_COMMIT)
+                    continue
+                return plan.result(reply)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def acommit(
+        self,
+        tenant: str,
+        database: str,
+        *,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes] = (),
+        quota: Quota = NO_QUOTA,
+    ) -> CommitResult:
+        """:meth:`commit` on the caller's event loop, through redis-py's asyncio client: no
+        worker thread per commit (the hand-off cost 0.18 ms of a 1.3 ms commit). Its
+        replies are a few bytes, so redis-py's asyncio path costs little here (compare
+        ``blob_server.storage.resp``, which reads the blobs)."""
+        plan = self._commit_plan(tenant, database, expected_seq, root, blobs, garbage, quota)
+        client = self._async_client()
+        try:
+            for attempt in range(2):
+                pipe = client.pipeline(transaction=False)
+                plan.queue(pipe)
+                reply = plan.reply(await pipe.execute(raise_on_error=False))
+                if isinstance(reply, NoScriptError) and not attempt:  # Redis was restarted
+                    self._commit_script.sha = plan.sha = await client.script_load(_COMMIT)
+                    continue
+                return plan.result(reply)
+        except RedisError as exc:
+            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _commit_plan(
+        self,
+        tenant: str,
+        database: str,
+        expected_seq: int,
+        root: bytes,
+        blobs: Mapping[bytes, bytes],
+        garbage: Iterable[bytes],
+        quota: Quota,
+    ) -> _CommitPlan:
+        """Check a commit's arguments and name its keys: what ``commit`` and ``acommit``
+        both send, and how they read the answer."""
         v.check_scope(tenant, database)
         seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
         with self._errors():
             scope = self._scope(tenant, database)
             owner = self._tenant(tenant)
-            keys = [scope.root, scope.stats, scope.garbage, scope.keyrings]
-            keys += [owner.usage, owner.databases, *(scope.blob(i) for i, _ in pairs)]
-            args: list[Any] = [str(seq), str(seq + 1), root_data, repr(float(self._clock()))]
-            args += [_limit(quota.max_blobs), _limit(quota.max_bytes), scope.tag, owner.tag]
-            args += [data for _, data in pairs]
-            args += [i.hex() for i in dead]
-            reply = self._eval(
-                self._commit_script, keys, args, register_garbage=scope if dead else None
-            )
-        if reply[0] == 1:
-            return CommitResult(True, RootRecord(seq + 1, root_data))
-        if reply[0] == 0:
-            return CommitResult(False, RootRecord(int(reply[1]), reply[2]))
-        if reply[0] == 3:
-            raise _quota_error(tenant, reply)
-        raise BlobExistsError(f"blob {pairs[int(reply[1])][0].hex()} already exists")
-
-    def _eval(
-        self,
-        script: Any,
-        keys: list[bytes],
-        args: list[Any],
-        *,
-        register_garbage: _Scope | None = None,
-    ) -> Any:
-        """Run ``script``; with ``register_garbage``, SADD its tag to the GC set after it,
-        in the same round trip (call inside _errors)."""
-        if register_garbage is None:
-            return script(keys, args)
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            pipe.sadd(GC_SCOPES_KEY, register_garbage.tag)
-            reply, _ = pipe.execute(raise_on_error=False)
-            if isinstance(reply, NoScriptError) and attempt == 0:
-                script.sha = self._redis.script_load(script.script)  # Redis was restarted
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            return reply
-        raise AssertionError("unreachable")  # pragma: no cover
+        keys = [scope.root, scope.stats, scope.garbage, scope.keyrings]
+        keys += [owner.usage, owner.databases, *(scope.blob(i) for i, _ in pairs)]
+        args: list[Any] = [str(seq), str(seq + 1), root_data, repr(float(self._clock()))]
+        args += [_limit(quota.max_blobs), _limit(quota.max_bytes), scope.tag, owner.tag]
+        args += [data for _, data in pairs]
+        args += [i.hex() for i in dead]
+        return _CommitPlan(
+            tenant=tenant,
+            seq=seq,
+            root=root_data,
+            ids=[i for i, _ in pairs],
+            sha=self._commit_script.sha,
+            keys=keys,
+            args=args,
+            gc_tag=scope.tag if dead else None,
+        )
 
     def allocate_ids(self, tenant: str, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of ``sequence`` (HINCRBY); return the first."""

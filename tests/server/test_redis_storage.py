@@ -4,6 +4,7 @@ down or restarted. The Storage contract itself runs on Redis in test_storage.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import threading
@@ -196,6 +197,20 @@ def test_scripts_are_reloaded_after_script_flush(redis_server, redis_storage):
     assert redis_storage.get_root(T, D).seq == 3
 
 
+def test_commits_on_the_event_loop_reload_scripts_after_script_flush(redis_server, redis_storage):
+    async def commits() -> None:
+        for seq, garbage in ((0, []), (1, [new_id()]), (2, [])):  # pipelined SADD, then not
+            redis_server.client().script_flush()
+            done = await redis_storage.acommit(
+                T, D, expected_seq=seq, root=b"r", blobs={new_id(): b"x"}, garbage=garbage
+            )
+            assert done.ok
+        await redis_storage.aclose()
+
+    asyncio.run(commits())
+    assert redis_storage.get_root(T, D).seq == 3
+
+
 def test_a_redis_that_is_down_raises_storage_unavailable():
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     store = RedisStorage(url, connect_timeout=2)  # building it does not connect
@@ -204,6 +219,8 @@ def test_a_redis_that_is_down_raises_storage_unavailable():
         lambda: store.get_blobs(T, D, [new_id()]),
         lambda: commit(store, 0),
         lambda: store.collect_garbage(),
+        lambda: asyncio.run(store.aget_blobs(T, D, [new_id()])),
+        lambda: asyncio.run(store.acommit(T, D, expected_seq=0, root=b"r", blobs={})),
     ):
         with pytest.raises(StorageUnavailableError, match=re.escape(url)):
             call()
@@ -228,6 +245,11 @@ def test_a_redis_that_goes_away_raises_and_passwords_stay_out(tmp_path):
         stop_redis_server(server.process)
     with pytest.raises(StorageUnavailableError, match=str(server.port)):
         store.get_root(T, D)
+    # The asynchronous paths too, now that the namespace is known and no sync call precedes.
+    with pytest.raises(StorageUnavailableError, match=str(server.port)):
+        asyncio.run(store.acommit(T, D, expected_seq=1, root=b"r", blobs={}))
+    with pytest.raises(StorageUnavailableError, match=str(server.port)):
+        asyncio.run(store.aget_blobs(T, D, [new_id()]))
     store.close()
     with pytest.raises(StorageUnavailableError, match="closed"):
         store.get_root(T, D)
