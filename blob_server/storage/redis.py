@@ -60,6 +60,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.exceptions import NoScriptError, RedisError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from blob_server.exceptions import BlobExistsError, QuotaExceededError, StorageUnavailableError
@@ -543,6 +544,10 @@ class RedisStorage(Storage):
                 socket_connect_timeout=self._timeouts[1],
                 retry=AsyncRetry(NoBackoff(), 0),
                 max_connections=self._max_connections,
+                # "auto" (the default) counts as on, and turns off the pool's check for
+                # dead connections on checkout: after a Redis restart every pooled
+                # connection would fail one commit (found by test_concurrency).
+                maint_notifications_config=MaintNotificationsConfig(enabled=False),
             )
             self._aclient_loop = loop
         return self._aclient
