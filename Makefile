@@ -52,6 +52,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(PY) -m bench.native_load
 	$(PY) -m bench.server_vs_redis
+	$(PY) -m bench.proxy_floor
 	$(PY) -m bench.django_side_by_side
 
 # Django's own test suite as an outside judge (docs/conformance.md). The SQLite baseline
