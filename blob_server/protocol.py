@@ -222,10 +222,11 @@ class BlobsResult:
 
     On the wire it is the map ``{"blobs": blobs, "deferred": deferred}``; a server
     handler returns this instead of the map so that ``FramePacker`` sends the blobs
-    without copying them.
+    without copying them (as ``bytes`` or any read-only buffer, such as the views
+    ``storage.resp`` reads into).
     """
 
-    blobs: dict[bytes, bytes]
+    blobs: dict[bytes, bytes | memoryview]
     deferred: list[bytes]
 
 

@@ -386,6 +386,9 @@ class BlobServer:
                     return "reset"
                 writer.writelines(frame[:-1])
                 writer.write(frame[-1])
+            # Let go of the answer: its blobs may be views of a storage buffer, which is
+            # reused once no view of it is left (blob_server.storage.resp).
+            del frame
             try:
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
             except (TimeoutError, ConnectionError, OSError):

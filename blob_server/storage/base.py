@@ -231,8 +231,9 @@ class Storage(abc.ABC):
 
     async def aget_blobs(
         self, tenant: str, database: str, ids: Sequence[bytes]
-    ) -> dict[bytes, bytes]:
-        """:meth:`get_blobs` for an asyncio caller."""
+    ) -> dict[bytes, bytes | memoryview]:
+        """:meth:`get_blobs` for an asyncio caller; a backend may answer read-only views
+        instead of ``bytes`` (Redis does, to spare a copy; see ``storage.resp``)."""
         return await self._on_loop(self.get_blobs, tenant, database, ids)
 
     async def acommit(

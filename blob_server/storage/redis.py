@@ -518,9 +518,10 @@ class RedisStorage(Storage):
 
     async def aget_blobs(
         self, tenant: str, database: str, ids: Sequence[bytes]
-    ) -> dict[bytes, bytes]:
+    ) -> dict[bytes, bytes | memoryview]:
         """:meth:`get_blobs` on the caller's event loop, through ``RespBlobReader`` (see
-        ``blob_server.storage.resp`` for why not redis-py's asyncio client)."""
+        ``blob_server.storage.resp`` for why not redis-py's asyncio client); the blobs
+        are read-only views of the reply, not copies."""
         if self._reader is None:
             return await asyncio.to_thread(self.get_blobs, tenant, database, ids)
         v.check_scope(tenant, database)

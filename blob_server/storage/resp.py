@@ -1,5 +1,5 @@
 """Blob reads from Redis on the event loop: MGET replies received straight into a kept
-buffer, each blob copied out once.
+buffer, each blob handed out as a view of it, never copied.
 
 *Why not redis-py's asyncio client*, which the first version used: a get_blobs answer is
 typically 1 MiB (64 nodes of 16 KiB) and may be 48 MiB. redis-py moves every reply
@@ -9,7 +9,9 @@ as the stream buffer fills. Profiled in the blob server, that was 0.5 ms of a 2.
 fetch of 64 x 16 KiB, the largest single cost and the one that kept the server above
 twice the raw Redis time (docs/performance.md). Here the kernel writes the reply into the
 connection's buffer (``asyncio.BufferedProtocol``), the parser below walks its bulk-string
-headers, and each value is copied out once as ``bytes``.
+headers, and each value is a read-only ``memoryview`` of the buffer, which the server
+writes to its client as it is; a buffer is reused only once no view of it is left
+(``_Connection._unviewed_buffer``).
 
 This module speaks one command, MGET (several pipelined for long id lists), plus the
 connection set-up a URL asks for (AUTH, SELECT). Everything else the storage does
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -38,6 +41,8 @@ MGET_CHUNK: Final = 1_000
 #: ``KEEP_BYTES`` is let go after its reply, so a rare huge read does not pin memory.
 INITIAL_BYTES: Final = 256 * 1024
 KEEP_BYTES: Final = 8 * 1024 * 1024
+#: Buffers a connection keeps while values of earlier replies still point into them.
+MAX_SPARES: Final = 2
 #: The longest header line (``$<length>``, ``*<count>``) accepted; an error line may be
 #: longer, up to ``MAX_ERROR_BYTES``.
 MAX_HEADER_BYTES: Final = 24
@@ -48,6 +53,12 @@ MAX_ERROR_BYTES: Final = 4096
 SUPPORTED_OPTIONS: Final = frozenset(
     {"host", "port", "db", "username", "password", "socket_timeout", "socket_connect_timeout"}
 )
+
+
+#: A value's header, ``$<length>\r\n`` or ``$-1\r\n`` (a missing key), and any start of
+#: one (``fullmatch`` tells a header still arriving from a malformed one).
+_BULK: Final = re.compile(rb"\$(-1|\d{1,19})\r\n")
+_BULK_START: Final = re.compile(rb"(?:\$(?:-1?|\d{0,19})\r?)?")
 
 
 class RespError(Exception):
@@ -64,6 +75,16 @@ def _digits(raw: bytes | bytearray, what: str) -> int:
     if raw == b"-1" or (raw.isdigit() and raw.isascii()):
         return int(raw)
     raise RespProtocolError(f"bad {what} {bytes(raw[:MAX_HEADER_BYTES])!r}")
+
+
+def _viewed(buffer: bytearray) -> bool:
+    """Whether a view of ``buffer`` exists: a bytearray refuses to change size then."""
+    try:
+        buffer.append(0)
+    except BufferError:
+        return True
+    del buffer[-1]
+    return False
 
 
 class _Line:
@@ -103,7 +124,7 @@ class _Mget:
     def __init__(self, count: int) -> None:
         self.consumed = 0
         self.count = count
-        self.values: list[bytes | None] | None = None
+        self.values: list[memoryview | None] | None = None
 
     def feed(self, buffer: bytearray, start: int, end: int) -> tuple[int, object] | None:
         """See ``_Line.feed``."""
@@ -126,30 +147,28 @@ class _Mget:
             self.values = []
             pos = stop + 2
         values = self.values
-        with memoryview(buffer) as view:
-            while len(values) < self.count:
-                stop = buffer.find(b"\r\n", pos, min(end, pos + MAX_HEADER_BYTES))
-                if stop < 0:
-                    if end - pos >= MAX_HEADER_BYTES:
-                        raise RespProtocolError("value header too long")
-                    break
-                if buffer[pos] != 0x24:  # "$"
+        view = memoryview(buffer)  # the values are views of it: see _Connection.request
+        while len(values) < self.count:
+            header = _BULK.match(buffer, pos, end)
+            if header is None:
+                if _BULK_START.fullmatch(buffer, pos, end) is None:
                     raise RespProtocolError("an MGET value must be a bulk string")
-                size = _digits(buffer[pos + 1 : stop], "value length")
-                if size > MAX_BLOB_SIZE:  # no blob is larger: refuse to buffer one that is
-                    raise RespProtocolError(f"a value of {size} bytes is larger than any blob")
-                if size < 0:
-                    values.append(None)
-                    pos = stop + 2
-                    continue
-                first = stop + 2
-                last = first + size
-                if last + 2 > end:
-                    break
-                if buffer[last : last + 2] != b"\r\n":
-                    raise RespProtocolError("a bulk string must end with CRLF")
-                values.append(view[first:last].tobytes())
-                pos = last + 2
+                break  # its header is still on the way
+            size = int(header[1])
+            if size > MAX_BLOB_SIZE:  # no blob is larger: refuse to buffer one that is
+                raise RespProtocolError(f"a value of {size} bytes is larger than any blob")
+            first = header.end()
+            if size < 0:
+                values.append(None)
+                pos = first
+                continue
+            last = first + size
+            if last + 2 > end:
+                break
+            if not buffer.startswith(b"\r\n", last):
+                raise RespProtocolError("a bulk string must end with CRLF")
+            values.append(view[first:last].toreadonly())
+            pos = last + 2
         if len(values) == self.count:
             return pos, values
         self.consumed = pos
@@ -162,6 +181,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def __init__(self) -> None:
         self._buffer = bytearray(INITIAL_BYTES)
+        self._spares: list[bytearray] = []  # buffers that values may still point into
         self._filled = 0  # bytes received of the current request's replies
         self._parsed = 0  # bytes of them parsed
         self._parsers: list[Any] = []
@@ -227,8 +247,7 @@ class _Connection(asyncio.BufferedProtocol):
         """Send pipelined commands and return their parsed replies, in order."""
         if self.lost or self.transport is None or self.transport.is_closing():
             raise ConnectionError("the Redis connection is closed")
-        if len(self._buffer) > KEEP_BYTES:
-            self._buffer = bytearray(INITIAL_BYTES)
+        self._buffer = self._unviewed_buffer()
         self._filled = self._parsed = 0
         self._parsers = parsers
         self._results = []
@@ -238,6 +257,29 @@ class _Connection(asyncio.BufferedProtocol):
             return await self._waiter
         finally:
             self._waiter = None
+
+    def _unviewed_buffer(self) -> bytearray:
+        """A buffer for the next reply that no value handed out still points into.
+
+        *Why:* the values of an MGET are views of the buffer their reply arrived in, not
+        copies (copying them cost 0.1-0.2 ms of a 64-blob fetch, docs/performance.md),
+        and the server writes those views to its client as they are. So a buffer is
+        written again only once every view of it is gone: normally the answer has been
+        sent before the next request, and the same buffer serves again; if not, a spare
+        one does, and the viewed one waits among the spares. One that grew past
+        ``KEEP_BYTES`` is let go, so a rare huge read does not pin memory.
+        """
+        for buffer in [self._buffer, *self._spares]:
+            if len(buffer) <= KEEP_BYTES and not _viewed(buffer):
+                break
+        else:
+            buffer = bytearray(INITIAL_BYTES)
+        self._spares = [
+            spare
+            for spare in [self._buffer, *self._spares]
+            if spare is not buffer and len(spare) <= KEEP_BYTES
+        ][:MAX_SPARES]
+        return buffer
 
     def close(self) -> None:
         self.lost = True
@@ -294,8 +336,9 @@ class RespBlobReader:
             commands.append(("SELECT", db))
         return commands
 
-    async def mget(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        """The values of ``keys`` (None where a key is missing), in order."""
+    async def mget(self, keys: Sequence[bytes]) -> list[memoryview | None]:
+        """The values of ``keys`` (None where a key is missing), in order, as read-only
+        views that stay valid as long as they are kept."""
         chunks = [keys[i : i + MGET_CHUNK] for i in range(0, len(keys), MGET_CHUNK)]
         commands = b"".join(hiredis.pack_command(("MGET", *chunk)) for chunk in chunks)
         limit = self._bind()

@@ -127,6 +127,29 @@ def test_values_come_back_in_order_with_none_for_missing_keys(redis_server):
     assert got == [*values.values(), None]
 
 
+def test_values_are_read_only_views_that_stay_intact_while_they_are_kept(redis_server):
+    """Values are views of a connection's buffer, not copies: a buffer must not take the
+    next reply while any view of it is kept, whatever the reads in between."""
+    client = redis_server.client()
+    reader = reader_for(redis_server.url())
+
+    async def reads() -> list:
+        kept = []
+        for i in range(10):
+            client.set(b"k", bytes([i]) * (1000 + i * 50_000))  # also grows the buffer
+            kept.append(await reader.mget([b"k"]))
+            if i % 3 == 0:
+                await reader.mget([b"k"])  # a reply whose values are let go at once
+        return kept
+
+    kept = asyncio.run(reads())
+    assert [values[0] for values in kept] == [bytes([i]) * (1000 + i * 50_000) for i in range(10)]
+    view = kept[0][0]
+    assert isinstance(view, memoryview) and view.readonly
+    with pytest.raises(TypeError):
+        view[0] = 1
+
+
 def test_long_key_lists_go_out_as_several_mgets(redis_server):
     client = redis_server.client()
     keys = [b"long:%d" % i for i in range(2 * MGET_CHUNK + 7)]
