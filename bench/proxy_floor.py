@@ -50,7 +50,7 @@ from bench.server_vs_redis import (
     tune_client_malloc,
 )
 from blob_server.cli import _keep_freed_memory
-from blob_server.protocol import BlobsResult, FramePacker, FrameReceiver
+from blob_server.protocol import BlobsResult, FramePacker, FrameReceiver, write_frame
 from blob_server.storage.resp import RespBlobReader
 from zerodb_core.transport.remote import RemoteTransport
 
@@ -79,8 +79,8 @@ def proxy(redis_url: str) -> None:
             while await stream.read(1):
                 values = await reader.mget(KEYS)
                 frame = packer.blobs(1, BlobsResult(dict(zip(KEYS, values, strict=True)), []))
-                writer.writelines(frame[:-1])
-                writer.write(frame[-1])
+                write_frame(writer, frame)
+                del frame, values  # the views' buffer is reused once they are gone
                 await writer.drain()
 
         server = await asyncio.start_server(answer, "127.0.0.1", 0)

@@ -47,7 +47,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from blob_server import protocol
 from blob_server.auth import Authenticator, Challenge, LoginRefusedError
@@ -72,8 +72,6 @@ DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
 #: Most new blobs in one commit (at most the protocol's ids per request).
 DEFAULT_MAX_COMMIT_BLOBS = protocol.MAX_IDS_PER_REQUEST
-#: Answers up to this size are joined and sent with one write (larger ones by reference).
-SMALL_FRAME_BYTES: Final = 64 * 1024
 #: Most bytes of new blobs + root in one commit: as much as a get_blobs answer carries,
 #: leaving room in the 64 MiB frame for the rest of the request.
 DEFAULT_MAX_COMMIT_BYTES = protocol.MAX_RESPONSE_BLOB_BYTES
@@ -374,18 +372,8 @@ class BlobServer:
             if body is None:
                 return "eof"
             frame = await self._answer(session, body)
-            if len(frame) == 1 or sum(map(len, frame)) <= SMALL_FRAME_BYTES:
-                writer.write(b"".join(frame))  # one send: the peer wakes up once
-            else:
-                # Python 3.12's writelines() raises AttributeError on a transport the peer
-                # just reset (found by the fuzz test), where write() counts the lost
-                # connection; and it never pauses the protocol, so drain() would not wait
-                # for a slow reader. Hence the check first and a write() last: write()
-                # pauses when the buffer is over its high-water mark, and drain() waits.
-                if writer.transport.is_closing():
-                    return "reset"
-                writer.writelines(frame[:-1])
-                writer.write(frame[-1])
+            if not protocol.write_frame(writer, frame):
+                return "reset"
             # Let go of the answer: its blobs may be views of a storage buffer, which is
             # reused once no view of it is left (blob_server.storage.resp).
             del frame

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import msgpack
@@ -220,3 +221,52 @@ def test_login_digest_separates_fields():
     assert base != protocol.login_digest("srva", "b", b"\x02" * 33, b"n" * 32, 100)
     assert base != protocol.login_digest("srv", "ab", b"\x02" * 33, b"n" * 32, 101)
     assert base != protocol.login_digest("srv", "ab", b"\x02" * 33, b"m" * 32, 100)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        (b"\x00\x00\x00\x02", b"ok"),  # small: joined
+        (b"head", b"x" * 100_000),  # large, two pieces: the body goes with the header
+        (b"head", b"a" * 70_000, b"b" * 10, b"tail"),  # last blob small: joined to the tail
+        (b"head", b"a" * 10, b"b" * 90_000, b"tail"),  # last blob large: sent as it is
+        (b"head", memoryview(b"v" * 80_000), memoryview(b"w" * 16_384), b"tail"),
+    ],
+)
+def test_write_frame_sends_the_pieces_in_order(frame):
+    expected = b"".join(frame)
+
+    async def exchange() -> bytes:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            assert protocol.write_frame(writer, frame)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        data = await reader.read()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return data
+
+    assert asyncio.run(exchange()) == expected
+
+
+def test_write_frame_refuses_a_closing_connection():
+    async def exchange() -> bool:
+        done = asyncio.get_running_loop().create_future()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+            done.set_result(protocol.write_frame(writer, (b"head", b"x" * 100_000, b"tail")))
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        _, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        result = await done
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return result
+
+    assert asyncio.run(exchange()) is False
