@@ -185,8 +185,8 @@ class FramePacker:
         *Why:* packing copies every blob into the body, and the body into a new ``bytes``:
         two 1 MiB copies per 64-blob answer, a sixth of the server's CPU on that request.
         The pieces are the bytes ``packb([request_id, "ok", {"blobs": ..., "deferred":
-        ...}])`` gives (msgpack headers made here, blobs as they are); a sender writes
-        them with one ``writelines`` (one ``sendmsg``).
+        ...}])`` gives (msgpack headers made here, blobs as they are); ``write_frame``
+        sends them.
         """
         pack = self._packer.pack
         prefix = (
