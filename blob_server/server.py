@@ -59,7 +59,7 @@ from blob_server.exceptions import (
 )
 from blob_server.storage import Storage
 from blob_server.storage.base import BLOB_ID_SIZE, NO_QUOTA, Quota
-from blob_server.storage.validation import MAX_NAME_LENGTH
+from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids
 
 DEFAULT_MAX_CONNECTIONS = 256
 # One address may not hold more than this many connections, and a connection must log in
@@ -165,7 +165,7 @@ def _id_list(value: list, what: str) -> list[bytes]:
         raise RequestError(
             protocol.TOO_LARGE, f"at most {protocol.MAX_IDS_PER_REQUEST} {what} per request"
         )
-    if not (set(map(type, value)) <= {bytes} and set(map(len, value)) <= {BLOB_ID_SIZE}):
+    if not are_blob_ids(value):
         raise RequestError(protocol.BAD_REQUEST, f"{what} must be {BLOB_ID_SIZE}-byte ids")
     return value
 

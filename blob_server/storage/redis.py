@@ -178,6 +178,10 @@ return {1}
 """
 )
 
+#: What EVALSHA names the script by: SCRIPT LOAD, after Redis lost its scripts, gives
+#: back the same SHA1, computed here once.
+_COMMIT_SHA = hashlib.sha1(_COMMIT.encode()).hexdigest()
+
 # KEYS: keyrings, stats, root, usage, dbs.
 # ARGV: field, data, '1' if an expected value follows else '0', expected, max bytes
 #       ('' = no limit), scope tag, tenant tag.
@@ -321,14 +325,13 @@ class _CommitPlan:
     seq: int
     root: bytes
     ids: list[bytes]
-    sha: str
     keys: list[bytes]
     args: list[Any]
     gc_tag: bytes | None  # with garbage: SADD the scope's tag to the collector's set
 
     def queue(self, pipe: Any) -> None:
         """Queue the script (and the SADD) on a pipeline, blocking or asyncio."""
-        pipe.evalsha(self.sha, len(self.keys), *self.keys, *self.args)
+        pipe.evalsha(_COMMIT_SHA, len(self.keys), *self.keys, *self.args)
         if self.gc_tag is not None:
             pipe.sadd(GC_SCOPES_KEY, self.gc_tag)
 
@@ -404,7 +407,6 @@ class RedisStorage(Storage):
                 connect_timeout=connect_timeout,
                 max_connections=max_connections,
             )
-        self._commit_script = self._redis.register_script(_COMMIT)
         self._keyring_script = self._redis.register_script(_PUT_KEYRING)
         self._collect_script = self._redis.register_script(_COLLECT)
         self._namespace_script = self._redis.register_script(_NAMESPACE)
@@ -590,7 +592,7 @@ class RedisStorage(Storage):
                 plan.queue(pipe)
                 reply = plan.reply(pipe.execute(raise_on_error=False))
                 if isinstance(reply, NoScriptError) and not attempt:  # Redis was restarted
-                    self._commit_script.sha = plan.sha = self._redis.script_load(_COMMIT)
+                    self._redis.script_load(_COMMIT)  # under the same sha
                     continue
                 return plan.result(reply)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -618,7 +620,7 @@ class RedisStorage(Storage):
                 plan.queue(pipe)
                 reply = plan.reply(await pipe.execute(raise_on_error=False))
                 if isinstance(reply, NoScriptError) and not attempt:  # Redis was restarted
-                    self._commit_script.sha = plan.sha = await client.script_load(_COMMIT)
+                    await client.script_load(_COMMIT)  # under the same sha
                     continue
                 return plan.result(reply)
         except RedisError as exc:
@@ -653,7 +655,6 @@ class RedisStorage(Storage):
             seq=seq,
             root=root_data,
             ids=[i for i, _ in pairs],
-            sha=self._commit_script.sha,
             keys=keys,
             args=args,
             gc_tag=scope.tag if dead else None,

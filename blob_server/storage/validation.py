@@ -35,6 +35,12 @@ def check_scope(tenant: object, database: object) -> tuple[str, str]:
     return check_name(tenant, "tenant"), check_name(database, "database")
 
 
+def are_blob_ids(values: list[object]) -> bool:
+    """Whether every value is exactly ``BLOB_ID_SIZE`` bytes, checked in C (map, set):
+    every id of every read and commit passes here."""
+    return set(map(type, values)) <= {bytes} and set(map(len, values)) <= {BLOB_ID_SIZE}
+
+
 def check_blob_id(value: object) -> bytes:
     """Return ``value`` if it is exactly ``BLOB_ID_SIZE`` bytes."""
     if type(value) is not bytes:
@@ -73,8 +79,7 @@ def check_ids(ids: object, what: str = "ids") -> list[bytes]:
     if isinstance(ids, Sized) and len(ids) > MAX_IDS_PER_REQUEST:
         raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} {what} per request")
     ids = list(ids)
-    # The common case checked in C (map, set): every read of a query passes here.
-    if not (set(map(type, ids)) <= {bytes} and set(map(len, ids)) <= {BLOB_ID_SIZE}):
+    if not are_blob_ids(ids):
         for i in ids:
             check_blob_id(i)  # raises, naming the first bad id's fault
     checked = list(dict.fromkeys(ids))
