@@ -42,6 +42,7 @@ re-sending a commit or an id allocation is not safe. Errors become
 from __future__ import annotations
 
 import asyncio
+import binascii
 import hashlib
 import logging
 import os
@@ -291,7 +292,7 @@ class _Scope:
         self.blob_prefix = base + b"b:"
 
     def blob(self, blob_id: bytes) -> bytes:
-        return self.blob_prefix + blob_id.hex().encode("ascii")
+        return self.blob_prefix + binascii.hexlify(blob_id)  # hex, as bytes, in one step
 
 
 class _Tenant:
