@@ -531,10 +531,22 @@ class RedisStorage(Storage):
         wanted = v.check_ids(ids)
         if not wanted:
             return {}
+        await self._read_namespace_key()
         with self._errors():
             keys = list(map(self._scope(tenant, database).blob, wanted))
         values = await self._reader.mget(keys)
         return {i: data for i, data in zip(wanted, values, strict=True) if data is not None}
+
+    async def _read_namespace_key(self) -> None:
+        """Read (or create) the namespace key in a worker thread if it is not known yet.
+
+        *Why:* key names derive from it, and ``_namespace_key`` asks Redis with the
+        blocking client; on the event loop, the first read or commit after a start would
+        stall every connection for that round trip (or for a whole timeout while Redis
+        is unreachable)."""
+        if self._namespace is None:
+            with self._errors():
+                await asyncio.to_thread(self._namespace_key)
 
     def _async_client(self) -> redis.asyncio.Redis:
         """The asyncio client of the running event loop (made on first use there)."""
@@ -613,6 +625,7 @@ class RedisStorage(Storage):
         worker thread per commit (the hand-off cost 0.18 ms of a 1.3 ms commit). Its
         replies are a few bytes, so redis-py's asyncio path costs little here (compare
         ``blob_server.storage.resp``, which reads the blobs)."""
+        await self._read_namespace_key()
         plan = self._commit_plan(tenant, database, expected_seq, root, blobs, garbage, quota)
         client = self._async_client()
         try:

@@ -87,6 +87,21 @@ def _viewed(buffer: bytearray) -> bool:
     return False
 
 
+def _mget_command(keys: Sequence[bytes]) -> bytes:
+    """``MGET keys...`` in RESP, byte for byte as ``hiredis.pack_command`` writes it.
+
+    *Why:* the key names of one read all have one length, so the command is a join in C:
+    1.6 us for 64 keys, where ``pack_command`` takes 9.4 us. Other key lists go through
+    hiredis."""
+    sizes = set(map(len, keys))
+    if len(sizes) != 1:
+        return hiredis.pack_command(("MGET", *keys))
+    header = b"$%d\r\n" % sizes.pop()
+    return b"".join(
+        (b"*%d\r\n$4\r\nMGET\r\n" % (len(keys) + 1), header, (b"\r\n" + header).join(keys), b"\r\n")
+    )
+
+
 class _Line:
     """Parse one status reply (``+OK``), as AUTH and SELECT answer.
 
@@ -346,7 +361,7 @@ class RespBlobReader:
         """The values of ``keys`` (None where a key is missing), in order, as read-only
         views that stay valid as long as they are kept."""
         chunks = [keys[i : i + MGET_CHUNK] for i in range(0, len(keys), MGET_CHUNK)]
-        commands = b"".join(hiredis.pack_command(("MGET", *chunk)) for chunk in chunks)
+        commands = b"".join(map(_mget_command, chunks))
         limit = self._bind()
         if limit is not None:
             await limit.acquire()

@@ -235,6 +235,32 @@ def test_commits_on_the_event_loop_survive_a_redis_restart(tmp_path):
         redis.kill()
 
 
+@pytest.mark.parametrize("call", ["aget_blobs", "acommit"])
+def test_the_namespace_key_is_never_read_on_the_event_loop(redis_storage_factory, call):
+    """The first read or commit of a new storage reads the namespace key (a blocking
+    Redis call) in a worker thread: on the loop it would stall every connection."""
+    storage = redis_storage_factory()
+    on_loop: list[bool] = []
+    read_key = storage._namespace_key
+
+    def spied() -> bytes:
+        if storage._namespace is None:  # this call asks Redis
+            on_loop.append(asyncio._get_running_loop() is not None)
+        return read_key()
+
+    storage._namespace_key = spied
+
+    async def first_use() -> None:
+        if call == "aget_blobs":
+            assert await storage.aget_blobs(T, D, [new_id()]) == {}
+        else:
+            assert (await storage.acommit(T, D, expected_seq=0, root=b"r", blobs={})).ok
+        await storage.aclose()
+
+    asyncio.run(first_use())
+    assert on_loop == [False]
+
+
 def test_a_redis_that_is_down_raises_storage_unavailable():
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     store = RedisStorage(url, connect_timeout=2)  # building it does not connect

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import hiredis
 import pytest
 import redis
 from hypothesis import example, given, settings
@@ -22,6 +23,7 @@ from blob_server.storage.resp import (
     RespProtocolError,
     _Connection,
     _Mget,
+    _mget_command,
 )
 from blob_server.storage.validation import MAX_BLOB_SIZE
 from tests.server.conftest import start_redis_server, stop_redis_server
@@ -71,6 +73,16 @@ def test_a_reply_parses_the_same_however_it_is_split(values, cuts, stale):
         len(data),
         values,
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.binary(max_size=40), max_size=30)
+    | st.integers(0, 70).flatmap(lambda n: st.lists(st.binary(min_size=n, max_size=n)))
+)
+def test_the_mget_command_is_what_hiredis_packs(keys):
+    """Key lists of one length (every read's) take the join; all must match hiredis."""
+    assert _mget_command(keys) == hiredis.pack_command(("MGET", *keys))
 
 
 @settings(max_examples=500, deadline=None)
