@@ -1,17 +1,20 @@
 """The floor under the blob server's fetch: what a proxy that only forwards costs.
 
-The fetch aim of issue 3 is at most twice the raw Redis time for 64 blobs of 16 KiB; the
-server measures 2.3-2.4 times (``bench.server_vs_redis``). This benchmark separates what
-any proxy pays, a second trip of the megabyte through the kernel, from what the blob
-server and its client add (login state, argument checks, key names, answer checks). In
-one run, interleaved, against one private redis-server:
+The fetch aim of issue 3 is at most twice the raw Redis time for 64 blobs of 16 KiB
+(``bench.server_vs_redis`` measures it). This benchmark separates what any proxy pays, a
+second trip of the megabyte through the kernel, from what the blob server adds (login
+state, argument checks, key names) and what its client adds (``RemoteTransport``: pool,
+pushes, answer checks). In one run, the ways in rotating order, against one private
+redis-server:
 
 * **raw redis-py**: one ``MGET`` of the 64 keys, as in ``bench.server_vs_redis``;
 * **minimal proxy**: a process of this module (``--proxy``) on uvloop that answers each
   one-byte request with the same ``MGET`` through ``RespBlobReader`` and the answer frame
   ``FramePacker.blobs`` builds, read by a bare socket client: the server's data path
   with nothing else;
-* **blob server**: ``zerodb-server serve --redis`` and ``RemoteTransport.get_blobs``.
+* **blob server, bare client**: ``zerodb-server serve --redis`` sent a prepacked
+  get_blobs request on a logged-in socket, the answer only decoded;
+* **blob server**: the same server through ``RemoteTransport.get_blobs``.
 
 Run ``python -m bench.proxy_floor`` (``make bench`` runs it). Results:
 ``bench/results/floor-<date>.json`` and the table between the markers in
@@ -50,7 +53,13 @@ from bench.server_vs_redis import (
     tune_client_malloc,
 )
 from blob_server.cli import _keep_freed_memory
-from blob_server.protocol import BlobsResult, FramePacker, FrameReceiver, write_frame
+from blob_server.protocol import (
+    BlobsResult,
+    FramePacker,
+    FrameReceiver,
+    request_frame,
+    write_frame,
+)
 from blob_server.storage.resp import RespBlobReader
 from zerodb_core.transport.remote import RemoteTransport
 
@@ -103,6 +112,27 @@ class ProxyClient:
         return msgpack.unpackb(self.receiver.recv(self.sock))[2]["blobs"]
 
 
+class BareServerClient:
+    """The blob server driven by a bare socket client: a ``RemoteTransport`` logs in, then
+    its socket sends one prepacked get_blobs request per fetch and the answer is only
+    decoded, as ``ProxyClient`` does. Set against the server row, it shows what
+    ``RemoteTransport`` adds; against the proxy row, what the server adds."""
+
+    def __init__(self, login_key: bytes, port: int, ids: list[bytes]) -> None:
+        self.transport = RemoteTransport("127.0.0.1", port, tenant=TENANT, login_key=login_key)
+        self.transport.ping()  # connects and logs in
+        self.sock = self.transport._primary.sock  # a benchmark's probe of the logged-in socket
+        self.request = request_frame(1, "get_blobs", {"database": "floor", "ids": ids})
+        self.receiver = FrameReceiver()
+
+    def fetch(self) -> dict[bytes, bytes]:
+        self.sock.sendall(self.request)
+        return msgpack.unpackb(self.receiver.recv(self.sock))[2]["blobs"]
+
+    def close(self) -> None:
+        self.transport.close()
+
+
 def measure(args: argparse.Namespace) -> dict:
     tune_client_malloc()
     with tempfile.TemporaryDirectory(prefix="zerodb-bench-floor-") as tmp:
@@ -132,24 +162,29 @@ def measure(args: argparse.Namespace) -> dict:
             remote = RemoteTransport("127.0.0.1", port, tenant=TENANT, login_key=login_key.secret)
             assert remote.commit("floor", expected_seq=0, root=b"r", blobs=blobs).ok
             ids = list(blobs)
-            ways = {
+            bare = BareServerClient(login_key.secret, port, ids)
+            ways = {  # the two ways through the server are apart in the rotation
                 "raw": lambda: raw.mget(KEYS),
+                "bare": bare.fetch,
                 "proxy": proxy_client.fetch,
                 "server": lambda: remote.get_blobs("floor", ids),
             }
             assert raw.mget(KEYS) == list(blobs.values())
             assert list(proxy_client.fetch().values()) == list(blobs.values())
+            assert bare.fetch() == blobs
             assert remote.get_blobs("floor", ids) == blobs
             for fn in [*ways.values()] * 30:  # warm up
                 fn()
             samples: dict[str, list[float]] = {name: [] for name in ways}
             order = list(ways.items())
             for i in tqdm(range(args.runs), desc="fetch 64 x 16 KiB", unit="run"):
-                for name, fn in order[i % 3 :] + order[: i % 3]:  # no fixed neighbours
+                turn = i % len(order)  # rotating: no fixed neighbours
+                for name, fn in order[turn:] + order[:turn]:
                     started = time.perf_counter()
                     fn()
                     samples[name].append((time.perf_counter() - started) * 1000)
             remote.close()
+            bare.close()
             raw.close()
         finally:
             for process in reversed(processes):
@@ -167,8 +202,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 LABELS = {
     "raw": "raw redis-py",
-    "proxy": "minimal proxy (`--proxy`: the server's data path only)",
-    "server": "blob server (`RemoteTransport`)",
+    "proxy": "minimal proxy (`--proxy`: the server's data path only), bare client",
+    "bare": "blob server, bare client (prepacked request, answer only decoded)",
+    "server": "blob server, `RemoteTransport`",
 }
 
 

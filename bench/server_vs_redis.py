@@ -65,6 +65,8 @@ ROOT_BYTES = 512
 #: itself: blob_server.cli._keep_freed_memory).
 M_TOP_PAD = -2
 TOP_PAD_BYTES = 64 << 20
+#: Fetches per way in a row, in the second fetch measurement.
+RUN_LENGTH = 20
 
 
 def tune_client_malloc() -> None:
@@ -221,19 +223,20 @@ def bench_fetch(
         fn()
     fetch: dict[str, list[float]] = {name: [] for name in ways}
     ping: dict[str, list[float]] = {name: [] for name in pings}
-    for i in tqdm(range(args.runs), desc="fetch 64 x 16 KiB", unit="run"):
-        order = list(ways.items())
-        order = order[i % len(order) :] + order[: i % len(order)]  # no fixed neighbours
-        for name, fn in order:
-            started = time.perf_counter()
-            fn()
-            fetch[name].append((time.perf_counter() - started) * 1000)
+    for i in tqdm(range(args.runs), desc="fetch 64 x 16 KiB, alternating", unit="run"):
+        for name, fn in _rotated(ways, i):
+            fetch[name].append(_ms(fn))
         for name, fn in pings.items():
-            started = time.perf_counter()
-            fn()
-            ping[name].append((time.perf_counter() - started) * 1000)
+            ping[name].append(_ms(fn))
+    # The same fetches in runs of RUN_LENGTH per way (the ways rotating between runs):
+    # each process then has just served the same request, as a busy server has.
+    in_runs: dict[str, list[float]] = {name: [] for name in ways}
+    for i in tqdm(range(args.runs // RUN_LENGTH), desc=f"in runs of {RUN_LENGTH}", unit="run"):
+        for name, fn in _rotated(ways, i):
+            in_runs[name] += [_ms(fn) for _ in range(RUN_LENGTH)]
     out = {
         "fetch": {name: ms_summary(s) for name, s in fetch.items()},
+        "fetch_in_runs": {name: ms_summary(s) for name, s in in_runs.items()},
         "ping": {name: ms_summary(s) for name, s in ping.items()},
     }
     for part in out.values():
@@ -249,6 +252,19 @@ def bench_fetch(
             way.get_blobs("fetch", ids)
         out["fetch"][name]["cpu_ms"] = cpu_ms_per(watched, before, count)
     return out
+
+
+def _rotated(ways: dict[str, Any], i: int) -> list[tuple[str, Any]]:
+    """The ways in the order of round ``i``: rotating, so that no way always follows the
+    same one."""
+    order = list(ways.items())
+    return order[i % len(order) :] + order[: i % len(order)]
+
+
+def _ms(fn: Any) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
 
 
 # -- committing: one worker process per client ---------------------------------------------
@@ -452,25 +468,29 @@ WAYS = {
 def markdown(report: dict) -> str:
     a = report["args"]
     fetch, ping = report["fetch"]["fetch"], report["fetch"]["ping"]
+    in_runs = report["fetch"]["fetch_in_runs"]
     lines = [
         f"Run of {report['date']} on {report['machine']['summary']}, Redis "
         f"{report['redis_version']}: `{report['command']}` (total "
         f"{report['total_seconds']:.0f} s). Client, server and Redis share the machine.",
         "",
-        f"**Fetch {a['fetch_blobs']} blobs of {a['blob_bytes'] // 1024} KiB in one request** "
-        f"(median of {a['runs']} interleaved runs; ping: one empty request):",
+        f"**Fetch {a['fetch_blobs']} blobs of {a['blob_bytes'] // 1024} KiB in one request**: "
+        f"medians of {a['runs']} fetches each way, first alternating (one fetch per way in "
+        f"turn), then in runs of {RUN_LENGTH} per way; ping: one empty request.",
         "",
-        "| way | median ms | p10 / p90 ms | added over raw, ms | ratio to raw "
+        "| way | alternating: median ms | p10 / p90 ms | added over raw, ms | ratio to raw "
+        f"| in runs of {RUN_LENGTH}: median ms | ratio to raw "
         "| ping median ms | server / Redis CPU ms per fetch |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for key, label in WAYS.items():
-        r = fetch[key]
+        r, warm = fetch[key], in_runs[key]
         p = f"{ping[key]['median_ms']:.3f}" if key in ping else "-"
         cpu = r.get("cpu_ms", {})
         lines.append(
             f"| {label} | {r['median_ms']:.3f} | {r['p10_ms']:.3f} / {r['p90_ms']:.3f} "
-            f"| {r['added_ms']:+.3f} | **{r['ratio']:.2f}** | {p} "
+            f"| {r['added_ms']:+.3f} | **{r['ratio']:.2f}** | {warm['median_ms']:.3f} "
+            f"| **{warm['ratio']:.2f}** | {p} "
             f"| {_cpu(cpu.get('server'))} / {_cpu(cpu.get('redis'))} |"
         )
     lines += [
