@@ -77,19 +77,31 @@ def test_a_kept_packer_packs_every_frame_as_packb_does(values):
         assert header == protocol.LENGTH.pack(len(frame_body))
 
 
-@settings(max_examples=200, deadline=None)
+BIN_SIZES = [0, 1, 255, 256, 65535, 65536, 70000]  # both ends of each bin header class
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.integers(0, protocol.MAX_REQUEST_ID),
-    st.dictionaries(
-        st.binary(min_size=16, max_size=16),
-        st.sampled_from([0, 1, 255, 256, 65535, 65536, 70000]).map(lambda n: b"v" * n),
+    st.dictionaries(  # mixed sizes
+        st.binary(min_size=16, max_size=16) | st.binary(max_size=300),
+        st.sampled_from(BIN_SIZES).map(lambda n: b"v" * n),
         max_size=6,
+    )
+    | st.tuples(st.integers(0, 300), st.sampled_from(BIN_SIZES)).flatmap(  # one size of each
+        lambda sizes: st.dictionaries(
+            st.binary(min_size=sizes[0], max_size=sizes[0]),
+            st.just(b"w" * sizes[1]),
+            min_size=1,
+            max_size=6,
+        )
     ),
     st.lists(st.binary(min_size=16, max_size=16), max_size=3),
 )
 def test_a_blobs_answer_is_sent_as_the_bytes_packb_gives(request_id, blobs, deferred):
     """The answer is built from pieces that refer to the blobs; joined, they must be the
-    frame msgpack itself would make, for every size class of msgpack's bin header."""
+    frame msgpack itself would make, for every size class of msgpack's bin header, with
+    ids and blobs of one size each (headers made once) or of several."""
     packer = protocol.FramePacker()
     pieces = packer.ok(request_id, protocol.BlobsResult(blobs, deferred))
     expected = msgpack.packb(
