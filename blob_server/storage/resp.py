@@ -164,8 +164,8 @@ class _Mget:
         values = self.values
         # Values are read-only views of the buffer, not copies: see _Connection.request.
         view = memoryview(buffer).toreadonly()
-        # The blobs of one answer are mostly of one padded size: a header equal to the
-        # last one is recognised by a prefix test instead of the regex.
+        # Blobs are padded to a few size classes, so consecutive values often share a
+        # header: one equal to the last is recognised by a prefix test, not the regex.
         last_header, size = b"", 0
         while len(values) < self.count:
             if not (last_header and buffer.startswith(last_header, pos, end)):
