@@ -8,6 +8,7 @@ records, and runs transactions. Everything else (trees, queries) works on the sn
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import threading
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import CLEAN, NODE_MAX_BYTES, reachable_dirty
+from zerodb_core.btree import NodeSizes, build_run
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -28,14 +29,24 @@ from zerodb_core.exceptions import (
     IntegrityError,
     NotSupportedError,
     QueryError,
+    QuotaExceededError,
+    StoreUnavailableError,
     UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
+from zerodb_core.lsm import MERGE_FACTOR, merge_reader, merge_windows
 from zerodb_core.models import Model
-from zerodb_core.records import RecordBlob, spilled_ids
+from zerodb_core.records import RecordBlob
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
 from zerodb_core.serialization import pack, unpack
-from zerodb_core.transaction import DeleteRecord, EnsureModel, PutRecords, Transaction, View
+from zerodb_core.transaction import (
+    DeleteRecord,
+    EnsureModel,
+    MergeRuns,
+    PutRecords,
+    Transaction,
+    View,
+)
 from zerodb_core.transport import LocalTransport, Transport, open_local_transport
 
 if TYPE_CHECKING:
@@ -59,6 +70,10 @@ MAX_ID_BLOCK = 8192
 # blobs are kept this long after they were replaced, for readers of older snapshots.
 GARBAGE_INTERVAL = 60.0
 GARBAGE_RETENTION = DEFAULT_RETENTION_SECONDS
+# Merge rounds after one commit at most (each may complete a level for the next).
+MAX_MERGE_ROUNDS = 8
+
+logger = logging.getLogger(__name__)
 
 
 class DB:
@@ -71,8 +86,9 @@ class DB:
     created (``"moderate"``; ``"fast"`` only for tests; the ``ZERODB_KDF`` environment
     variable sets the default). ``freshness_path`` is where the highest root seen is remembered
     (default: beside an SQLite store, else in memory); ``freshness``, a
-    ``FreshnessTracker``, replaces that choice. ``node_bytes`` is the size at
-    which tree nodes split (tests make it small to get deep trees from little data).
+    ``FreshnessTracker``, replaces that choice. ``node_bytes`` caps the size of tree
+    nodes (tests make it small to get deep trees from little data). ``merge_factor`` is
+    how many runs of one size a tree's merges fold together (docs/architecture.md).
     For a blob server only: ``tls`` (True, or an ``ssl.SSLContext``) and ``ca_file`` (the
     CA bundle that signed the server's certificate; implies TLS) encrypt the connection,
     ``timeout`` bounds connecting and each answer (seconds, default 30), ``pool_size``
@@ -90,7 +106,8 @@ class DB:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         freshness_path: str | os.PathLike | None = None,
         delay: float = 0.0,
-        node_bytes: int = NODE_MAX_BYTES,
+        node_bytes: int | None = None,
+        merge_factor: int = MERGE_FACTOR,
         key_file: str | os.PathLike | KeyFile | None = None,
         tls: bool | ssl.SSLContext | None = None,
         ca_file: str | os.PathLike | None = None,
@@ -101,7 +118,10 @@ class DB:
         if not password:
             raise QueryError("a password (passphrase) is required to open an encrypted database")
         self.database = database
-        self.node_bytes = node_bytes
+        self.sizes = NodeSizes() if node_bytes is None else NodeSizes.scaled(node_bytes)
+        if type(merge_factor) is not int or merge_factor < 2:
+            raise QueryError("merge_factor must be an int of at least 2")
+        self.merge_factor = merge_factor
         remote = {"tls": tls, "ca_file": ca_file, "timeout": timeout, "pool_size": pool_size}
         self.transport = _open_transport(
             store, delay, key_file=key_file, password=password, remote=remote
@@ -224,7 +244,7 @@ class DB:
         stack = self._txn_stack
         if stack:
             return stack[0][0]
-        return View(self.source, self.read_root(), node_bytes=self.node_bytes)
+        return View(self.source, self.read_root(), sizes=self.sizes)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -242,7 +262,7 @@ class DB:
             finally:
                 stack.pop()
             return
-        txn = Transaction(self.source, self.read_root(), node_bytes=self.node_bytes)
+        txn = Transaction(self.source, self.read_root(), sizes=self.sizes)
         stack.append((txn, None))
         try:
             yield txn
@@ -253,11 +273,11 @@ class DB:
     def begin(self) -> Transaction:
         """Start a transaction on the latest root, managed by the caller (the Django
         backend keeps one per connection): pass it to :meth:`commit` or drop it."""
-        return Transaction(self.source, self.read_root(), node_bytes=self.node_bytes)
+        return Transaction(self.source, self.read_root(), sizes=self.sizes)
 
     def snapshot(self) -> View:
         """A read-only snapshot of the latest root, outside any transaction."""
-        return View(self.source, self.read_root(), node_bytes=self.node_bytes)
+        return View(self.source, self.read_root(), sizes=self.sizes)
 
     def commit(self, txn: Transaction) -> None:
         """Commit a transaction from :meth:`begin`, replaying it on conflict."""
@@ -357,17 +377,19 @@ class DB:
             if now != fields:
                 txn.apply(PutRecords(type(obj).zerodb_name, [(obj.pk, now)]))
 
-    def _commit(self, txn: Transaction) -> None:
+    def _commit(self, txn: Transaction, *, merge: bool = True) -> None:
         self._save_changed_objects(txn)
         if not txn.ops:
             return
+        sealed: dict[bytes, bytes] = {}  # merged runs are the same on every attempt
         for attempt in range(MAX_COMMIT_RETRIES):
             if attempt:
                 limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
                 time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
-            blobs, written = self._seal_dirty(txn)
+            trees, objects = txn.flush()
+            blobs = self._seal(objects, sealed)
             seq = txn.root.seq + 1
-            payload = build_payload(seq, txn.root.digest, txn.refs, txn.catalog, txn.text_stats)
+            payload = build_payload(seq, txn.root.digest, trees, txn.catalog, txn.text_stats)
             sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
             floor = self.freshness.seen_seq(self.database)
             result = self.transport.commit(
@@ -380,37 +402,97 @@ class DB:
             if result.ok:
                 root_digest = digest(sealed_root)
                 self.freshness.check(self.database, seq, root_digest, txn.root.digest, floor=floor)
-                for obj, size in written:
-                    obj.gen = CLEAN
-                    self.cache.put(obj.id, obj, size)
-                self._latest = RootState(
+                for obj in objects:
+                    self.cache.put(obj.id, obj, len(blobs[obj.id]))
+                state = RootState(
                     seq,
                     root_digest,
-                    dict(txn.refs),
+                    trees,
                     txn.catalog,
                     dict(txn.text_stats),
                     payload["time"],
                 )
+                self._latest = state
                 self._maybe_collect_garbage()
+                if merge:
+                    self._merge_runs(state)
                 return
             txn.rebase(self._open_root(result.root, floor))
         raise ConflictError(
             f"commit to {self.database!r} met a concurrent commit {MAX_COMMIT_RETRIES} times"
         )
 
-    def _seal_dirty(self, txn: Transaction) -> tuple[dict[bytes, bytes], list]:
+    def _seal(self, objects: list, sealed: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """Seal new nodes and record blobs (those sealed by an earlier attempt of the same
+        commit are reused from ``sealed``)."""
         blobs: dict[bytes, bytes] = {}
-        written = []
-        for name, ref in txn.refs.items():
-            refs = spilled_ids if name.startswith("r/") else None
-            for obj in reachable_dirty(txn.ws, [ref.root], refs):
+        for obj in objects:
+            blob = sealed.get(obj.id)
+            if blob is None:
                 if isinstance(obj, RecordBlob):
-                    sealed = self.sealer.seal(BlobKind.RECORD, obj.id, obj.data)
+                    blob = self.sealer.seal(BlobKind.RECORD, obj.id, obj.data)
                 else:
-                    sealed = self.sealer.seal(BlobKind.NODE, obj.id, pack(obj.to_payload()))
-                blobs[obj.id] = sealed
-                written.append((obj, len(sealed)))
-        return blobs, written
+                    blob = self.sealer.seal(BlobKind.NODE, obj.id, pack(obj.to_payload()))
+                sealed[obj.id] = blob
+            blobs[obj.id] = blob
+        return blobs
+
+    def _merge_runs(self, state: RootState) -> None:
+        """Merge runs of similar size while the merge policy finds some to merge.
+
+        Each round is an ordinary commit (any client may run one; it rebases for free, as
+        its inputs are immutable). A round that cannot commit (the store is unreachable
+        or full, or the database too busy) is left for after a later commit: merging only
+        bounds the number of runs, and nothing depends on it.
+        """
+        for _ in range(MAX_MERGE_ROUNDS):
+            jobs = [
+                (name, runs[start:stop], stop == len(runs))
+                for name, runs in state.trees.items()
+                for start, stop in merge_windows(runs, self.merge_factor)
+            ]
+            if not jobs:
+                return
+            try:
+                self._merge(state, jobs)
+            except (ConflictError, StoreUnavailableError, QuotaExceededError) as exc:
+                logger.warning("merging runs of %r postponed: %s", self.database, exc)
+                return
+            state = self._latest
+
+    def compact(self) -> int:
+        """Merge every tree of more than one run into a single run (one commit); return
+        how many trees were merged.
+
+        Merges run by themselves after commits and keep the number of runs per tree
+        logarithmic; compacting is for a database about to be read much and written
+        little (after a bulk load, before a backup): each tree becomes one run, which
+        reads fastest. It costs a rewrite of every tree it merges.
+        """
+        state = self.read_root()
+        jobs = [(name, runs, True) for name, runs in state.trees.items() if len(runs) > 1]
+        if jobs:
+            self._merge(state, jobs)
+        return len(jobs)
+
+    def _merge(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
+        """Merge each ``(tree, neighbouring runs, whether the oldest is among them)``
+        into one run, in one commit."""
+        txn = Transaction(self.source, state, sizes=self.sizes)
+        results = txn.run([merge_reader(runs, bottom) for _, runs, bottom in jobs])
+        for (name, runs, _), (keys, values, tags, garbage) in zip(jobs, results):
+            output, nodes = None, []
+            if keys:
+                output, nodes = build_run(
+                    keys,
+                    values,
+                    tags,
+                    leaf_bytes=txn.leaf_bytes(name),
+                    inner_bytes=self.sizes.inner,
+                )
+            inputs = tuple(run.root for run in runs)
+            txn.apply(MergeRuns(name, inputs, output, tuple(nodes), tuple(garbage)))
+        self._commit(txn, merge=False)
 
     def collect_garbage(self, retention: float = GARBAGE_RETENTION) -> int:
         """Delete blobs that commits replaced more than ``retention`` seconds ago, in an

@@ -1,11 +1,13 @@
 """Records of one model and the indexes that follow them.
 
 A model's records live in its *record tree*: key ``encode_key(pk)``, value the msgpack of
-``[pk, fields]``, inline in the leaves so that fetching a hundred records costs a few
-leaves in one round trip. A record too large to share a leaf goes to a blob of its own
-(kind RECORD) and the leaf keeps its id.
+``[pk, fields]``, inline in small leaves so that a row costs about its own size to read.
+A record too large to share a leaf goes to a blob of its own (kind RECORD) and the leaf
+keeps its id.
 
-Every write keeps every index of the catalog in step, and checks unique indexes before
+Trees are log-structured (:mod:`zerodb_core.lsm`): a write records exact changes (a key
+added, replaced or removed), which it can because it reads the old record first. Every
+write keeps every index of the catalog in step, and checks unique indexes before
 anything is changed, so a refused write leaves no trace.
 """
 
@@ -19,7 +21,7 @@ from itertools import chain, islice
 from operator import itemgetter, lt
 from typing import TYPE_CHECKING, Any
 
-from zerodb_core.btree import BTree, Reader
+from zerodb_core.btree import Reader
 from zerodb_core.crypto import BlobKind
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError, QueryError, UniqueViolation
@@ -28,6 +30,7 @@ from zerodb_core.serialization import pack, unpack
 from zerodb_core.text import tokenize
 
 if TYPE_CHECKING:
+    from zerodb_core.lsm import LogTree
     from zerodb_core.transaction import View
 
 # Records larger than this get a blob of their own instead of a place in a leaf.
@@ -44,7 +47,6 @@ class RecordBlob:
 
     id: bytes
     data: bytes
-    gen: int = -1
 
     kind = BlobKind.RECORD
 
@@ -57,9 +59,9 @@ def decode_record(data: bytes) -> tuple[Any, dict]:
     return value[0], value[1]
 
 
-def spilled_ids(leaf) -> list[bytes]:
-    """Blob ids a record-tree leaf points to (for commit reachability)."""
-    return [v[1:] for v in leaf.values if v[:1] == SPILLED and len(v) == 17]
+def spilled_value_ids(values: Iterable[bytes]) -> list[bytes]:
+    """The blob ids that record-tree values point to (records with a blob of their own)."""
+    return [v[1:] for v in values if v[:1] == SPILLED and len(v) == 17]
 
 
 def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dict[bytes, bytes]:
@@ -160,7 +162,8 @@ class _IndexChanges:
     Entries of new records are grouped by the part of their key before the pk (a term,
     or the indexed values): within a group they come in the order of the rows, so when
     the rows are in pk order, the groups in key order are the entries in key order, with
-    no sort. Entries that replace older ones (updates) are kept aside and sorted in.
+    no sort. New entries of updated records are kept aside and sorted in; entries whose
+    key an updated record keeps with a new value are replacements.
     """
 
     __slots__ = (
@@ -173,6 +176,7 @@ class _IndexChanges:
         "one_field",
         "prefixes",
         "removed",
+        "replaced",
         "tokens",
     )
 
@@ -183,6 +187,8 @@ class _IndexChanges:
         # An ordered index on one field whose keys all end with the pk.
         self.one_field = index.kind == FIELD and len(index.fields) == 1
         self.removed: list[bytes] = []
+        # Entries of updated records whose key stays and whose value changes.
+        self.replaced: list[tuple[bytes, bytes]] = []
         self.groups: dict[Any, tuple[bytes, list[bytes], list[bytes]]] = {}
         self.extra: list[tuple[bytes, bytes]] = []
         # Keys of the values seen, for the types whose equal values encode alike (not
@@ -192,7 +198,7 @@ class _IndexChanges:
         self.tokens = 0
 
     def entries(self, in_order: bool) -> tuple[list[bytes], list[bytes]]:
-        """The keys and values to add, in key order (``in_order``: the rows were in pk
+        """The new keys and values, in key order (``in_order``: the rows were in pk
         order)."""
         groups = sorted(self.groups.values(), key=itemgetter(0))
         keys = list(chain.from_iterable(map(itemgetter(1), groups)))
@@ -212,7 +218,7 @@ class Table:
         self.spec = spec
         self.records = view.tree(spec.record_tree)
 
-    def index_tree(self, index: IndexSpec) -> BTree:
+    def index_tree(self, index: IndexSpec) -> LogTree:
         return self.view.tree(self.spec.index_tree(index))
 
     # -- reads -------------------------------------------------------------------------
@@ -266,26 +272,13 @@ class Table:
         With ``insert`` every pk must be new (an SQL INSERT): an existing one is a unique
         violation of the primary key.
 
-        The whole batch is read (old records, unique probes) in batched walks and written
-        tree by tree in key order, so a bulk load costs one descent per leaf touched.
+        The old records and every unique key the batch adds are read in one batched walk
+        (none at all for new pks above every run of the record tree, such as allocated
+        ids); the changes then go to the transaction's pending changes, in key order.
         """
         pk_keys = [encode_key(pk) for pk, _ in rows]
         if len(set(pk_keys)) != len(pk_keys):
             raise QueryError("a batch of records must not repeat a primary key")
-        # Rows that must all be new (an INSERT, or pks the store just allocated) need not
-        # wait for the record tree: their index paths are read in the same walk as their
-        # record paths (a single insert costs one round trip per tree level, not two), and
-        # a pk found after all fails the batch before anything is written.
-        speculative = insert or (bool(fresh) and all(pk in fresh for pk, _ in rows))
-        raw: dict | None = None
-        if speculative:
-            olds: list[dict | None] = [None] * len(rows)
-        else:
-            raw = self.view.run([self.records.get_many_reader(pk_keys)])[0]
-            found = self.view.run([self._decode_reader(raw.values())])[0]
-            olds = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
-            if found:
-                self._refuse_existing(rows, found, fresh, insert)
         in_order = all(map(lt, pk_keys, islice(pk_keys, 1, None)))
         changes = [_IndexChanges(index) for index in self.spec.indexes.values()]
         # Per index: how entries of a new record are made (a full-text index, an ordered
@@ -301,14 +294,37 @@ class Table:
             )
             for change in changes
         ]
+        # The unique keys each row's new values need, read with the old records.
         probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]] = defaultdict(dict)
+        for pk, fields in rows:
+            for change in changes:
+                if change.kind == UNIQUE:
+                    key, with_pk = _field_key(change.index, fields)
+                    if not with_pk:
+                        self._probe(probes, change.index, key, pk, fields)
+        indexes = list(probes)
+        found_raw, *held = self.view.run(
+            [
+                self.records.get_many_reader(pk_keys),
+                *(self.index_tree(i).get_many_reader(list(probes[i])) for i in indexes),
+            ]
+        )
+        found = self.view.run([self._decode_reader(found_raw.values())])[0] if found_raw else {}
+        if found:
+            self._refuse_existing(rows, found, fresh, insert)
+        olds: list[dict | None] = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
+        for index, holders in zip(indexes, held):
+            for key, value in holders.items():
+                pk, fields = probes[index][key]
+                if unpack(value) != pk:
+                    raise _violation(self.spec, index, fields)
         packed_pks = []
         for (pk, fields), pk_key, old in zip(rows, pk_keys, olds):
             packed_pk = pack(pk)
             packed_pks.append(packed_pk)
             for change, plan, field, groups, prefixes in plans:
                 if old is not None:
-                    self._diff_entries(change, pk, pk_key, fields, old, probes)
+                    self._diff_entries(change, pk, pk_key, fields, old)
                 elif plan is _ONE_FIELD:
                     value = fields.get(field)
                     # Batches repeat values: str and int keys are encoded once each.
@@ -350,60 +366,46 @@ class Table:
                     else:
                         group[1].append(key)
                         group[2].append(packed_pk)
-                    if change.kind == UNIQUE:
-                        index_probes = probes[change.index]
-                        if key in index_probes:
-                            raise _violation(self.spec, change.index, fields)
-                        index_probes[key] = (pk, fields)
-        added = {change: change.entries(in_order) for change in changes}
-        # Read every path the writes below will walk, all trees at once, one round trip
-        # per level; the unique probes are then answered from memory.
-        paths = [
-            self.index_tree(change.index).paths_reader(
-                sorted([*change.removed, *keys]) if change.removed else keys
-            )
-            for change, (keys, _) in added.items()
-            if change.removed or keys
-        ]
-        if raw is None:
-            raw = self.view.run([self.records.get_many_reader(pk_keys), *paths])[0]
-            if raw:
-                found = self.view.run([self._decode_reader(raw.values())])[0]
-                self._refuse_existing(rows, found, fresh, insert)
-        else:
-            self.view.run(paths)
-        self._check_unique(probes)
         if rows:
             for change in changes:
                 if change.kind == TEXT:
                     self.view.add_text_stats(
                         self.spec.index_tree(change.index), change.docs, change.tokens
                     )
-        record_values = []
-        for (_, fields), packed_pk in zip(rows, packed_pks):
+        new_keys, new_values = [], []
+        for (_, fields), pk_key, packed_pk, old in zip(rows, pk_keys, packed_pks, olds):
             # pack([pk, fields]) is the fixarray header, the pk, then the fields.
             data = b"\x92" + packed_pk + pack(fields)
             if len(data) > SPILL_BYTES:
-                blob = RecordBlob(self.view.new_id(), data, self.view.ws.gen)
+                blob = RecordBlob(self.view.new_id(), data)
                 self.view.ws.add(blob)
-                record_values.append(SPILLED + blob.id)
+                value = SPILLED + blob.id
             else:
-                record_values.append(INLINE + data)
-        for value in raw.values():
+                value = INLINE + data
+            if old is None:
+                new_keys.append(pk_key)
+                new_values.append(value)
+            else:
+                self.records.put(pk_key, value, True)
+        for value in found_raw.values():
             if value[:1] == SPILLED:
                 self.view.retire_blob(value[1:])
-        if in_order:
-            self.records.put_sorted(pk_keys, record_values)
-        else:
-            self.records.put_many(sorted(zip(pk_keys, record_values)))
-        for change, (keys, values) in added.items():
-            if not change.removed and not keys:
-                continue
+        self.records.put_new(new_keys, new_values)
+        for change in changes:
             tree = self.index_tree(change.index)
             for key in change.removed:
                 tree.delete(key)
-            tree.put_sorted(keys, values)
+            for key, value in change.replaced:
+                tree.put(key, value, True)
+            tree.put_new(*change.entries(in_order))
         return olds
+
+    def _probe(self, probes, index: IndexSpec, key: bytes, pk: Any, fields: dict) -> None:
+        """Note a unique key a row takes; two rows of one batch taking it is a violation."""
+        index_probes = probes[index]
+        if key in index_probes:
+            raise _violation(self.spec, index, fields)
+        index_probes[key] = (pk, fields)
 
     def _refuse_existing(
         self, rows: list[tuple[Any, dict]], found: dict, fresh: frozenset, insert: bool
@@ -421,13 +423,7 @@ class Table:
                 )
 
     def _diff_entries(
-        self,
-        change: _IndexChanges,
-        pk: Any,
-        pk_key: bytes,
-        fields: dict,
-        old: dict,
-        probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]],
+        self, change: _IndexChanges, pk: Any, pk_key: bytes, fields: dict, old: dict
     ) -> None:
         """Note what replacing the record ``old`` by ``fields`` does to one index."""
         index = change.index
@@ -440,31 +436,27 @@ class Table:
             new = index_entries(index, pk, pk_key, fields)
             before = index_entries(index, pk, pk_key, old)
         change.removed.extend(k for k in before if k not in new)
-        change.extra.extend((k, v) for k, v in new.items() if before.get(k) != v)
-        if index.kind == UNIQUE:
-            index_probes = probes[index]
-            for key in new.keys() - before.keys():
-                if key in index_probes:
-                    raise _violation(self.spec, index, fields)
-                index_probes[key] = (pk, fields)
+        for key, value in new.items():
+            kept = before.get(key)
+            if kept is None:
+                change.extra.append((key, value))
+            elif kept != value:
+                change.replaced.append((key, value))
 
     def delete(self, pk: Any) -> dict | None:
         """Remove the record ``pk``; return its fields, or None if there was none."""
         pk_key = encode_key(pk)
-        old = self.get(pk)
-        if old is None:
+        raw = self.view.run([self.records.get_many_reader([pk_key])])[0]
+        if not raw:
             return None
-        replaced = self.records.delete(pk_key)
-        if replaced is not None and replaced[:1] == SPILLED:
-            self.view.retire_blob(replaced[1:])
-        entries = {
-            index: sorted(index_entries(index, pk, pk_key, old))
-            for index in self.spec.indexes.values()
-        }
-        self.view.run([self.index_tree(i).paths_reader(keys) for i, keys in entries.items()])
-        for index, keys in entries.items():
+        value = raw[pk_key]
+        old = self.view.run([self._decode_reader([value])])[0][pk]
+        self.records.delete(pk_key)
+        if value[:1] == SPILLED:
+            self.view.retire_blob(value[1:])
+        for index in self.spec.indexes.values():
             tree = self.index_tree(index)
-            for key in keys:
+            for key in index_entries(index, pk, pk_key, old):
                 tree.delete(key)
             if index.kind == TEXT:
                 length = text_entries(index, pk, pk_key, old)[1]
@@ -490,20 +482,9 @@ class Table:
                 if key in entries:
                     raise _violation(self.spec, index, fields)
                 entries[key] = value
-        tree.put_many(sorted(entries.items()))
+        keys = sorted(entries)
+        tree.put_new(keys, [entries[key] for key in keys])
         return len(rows)
-
-    def _check_unique(self, probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]]) -> None:
-        """Refuse the batch if a unique key it adds belongs to another record already."""
-        if not probes:
-            return
-        indexes = list(probes)
-        readers = [self.index_tree(i).get_many_reader(list(probes[i])) for i in indexes]
-        for index, found in zip(indexes, self.view.run(readers)):
-            for key, value in found.items():
-                pk, fields = probes[index][key]
-                if unpack(value) != pk:
-                    raise _violation(self.spec, index, fields)
 
 
 def _violation(spec: ModelSpec, index: IndexSpec, fields: dict) -> UniqueViolation:

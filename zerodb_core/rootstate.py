@@ -1,6 +1,7 @@
 """The root record: the one mutable thing of a database.
 
-Its plaintext names every tree root, the catalog and the text-index statistics, plus
+Its plaintext lists the runs of every log-structured tree (newest first), the catalog and
+the text-index statistics, plus
 ``seq`` and the digest of the previous root so a client can tell a rollback or a fork
 (see :mod:`zerodb_core.freshness`). It is sealed like every blob, with ``seq`` as its blob
 id, so the server cannot serve an old root under a new sequence number.
@@ -12,11 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerodb_core.btree import TreeRef
+from zerodb_core.btree import RunRef
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.schema import Catalog
 
-ROOT_FORMAT = 1
+# Format 2: every tree is a list of runs. Format 1 (one copy-on-write tree each) still
+# reads: each of its trees is a single run of PUT entries.
+ROOT_FORMAT = 2
+READABLE_FORMATS = (1, 2)
 
 
 def root_blob_id(seq: int) -> bytes:
@@ -30,7 +34,7 @@ class RootState:
 
     seq: int
     digest: bytes | None
-    refs: dict[str, TreeRef] = field(default_factory=dict)
+    trees: dict[str, tuple[RunRef, ...]] = field(default_factory=dict)
     catalog: Catalog = field(default_factory=Catalog)
     text_stats: dict[str, tuple[int, int]] = field(default_factory=dict)
     time: float = 0.0
@@ -42,7 +46,7 @@ EMPTY_STATE = RootState(0, None)
 def build_payload(
     seq: int,
     prev_digest: bytes | None,
-    refs: dict[str, TreeRef],
+    trees: dict[str, tuple[RunRef, ...]],
     catalog: Catalog,
     text_stats: dict[str, tuple[int, int]],
 ) -> dict[str, Any]:
@@ -52,7 +56,7 @@ def build_payload(
         "seq": seq,
         "prev": prev_digest,
         "time": time.time(),
-        "trees": {name: ref.to_payload() for name, ref in refs.items() if ref.root is not None},
+        "trees": {name: [run.to_payload() for run in runs] for name, runs in trees.items() if runs},
         "catalog": catalog.to_payload(),
         "text": {name: list(v) for name, v in text_stats.items() if v[0]},
     }
@@ -61,12 +65,23 @@ def build_payload(
 def parse_payload(payload: Any, seq: int, digest: bytes) -> tuple[RootState, bytes | None]:
     """Check and unpack a root plaintext; return the state and the previous root's digest."""
     try:
-        if payload["v"] != ROOT_FORMAT or payload["seq"] != seq:
+        version = payload["v"]
+        if version not in READABLE_FORMATS or payload["seq"] != seq:
             raise IntegrityError(f"root record does not describe seq {seq}")
         prev = payload["prev"]
         if prev is not None and type(prev) is not bytes:
             raise TypeError
-        refs = {str(name): TreeRef.from_payload(ref) for name, ref in payload["trees"].items()}
+        if version == 1:
+            trees = {
+                str(name): (RunRef.from_payload(ref),) for name, ref in payload["trees"].items()
+            }
+        else:
+            trees = {
+                str(name): tuple(RunRef.from_payload(run) for run in runs)
+                for name, runs in payload["trees"].items()
+            }
+        if not all(trees.values()):
+            raise TypeError
         text = {}
         for name, value in payload["text"].items():
             docs, total = value
@@ -76,7 +91,7 @@ def parse_payload(payload: Any, seq: int, digest: bytes) -> tuple[RootState, byt
         state = RootState(
             seq,
             digest,
-            refs,
+            trees,
             Catalog.from_payload(payload["catalog"]),
             text,
             float(payload["time"]),

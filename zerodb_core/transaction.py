@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from zerodb_core.btree import NODE_MAX_BYTES, BTree, Workspace, new_id
+from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run, new_id
 from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
-from zerodb_core.records import Table
+from zerodb_core.lsm import Changes, LogTree
+from zerodb_core.records import Table, spilled_value_ids
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import ModelSpec
+from zerodb_core.schema import TEXT, ModelSpec
 
 if TYPE_CHECKING:
     from zerodb_core.btree import NodeSource, Reader
@@ -26,22 +27,33 @@ if TYPE_CHECKING:
 class View:
     """A read-only snapshot of one database."""
 
-    def __init__(
-        self, source: NodeSource, root: RootState, *, node_bytes: int = NODE_MAX_BYTES
-    ) -> None:
+    def __init__(self, source: NodeSource, root: RootState, *, sizes: NodeSizes | None = None):
         self.source = source
-        self.node_bytes = node_bytes
+        self.sizes = sizes or NodeSizes()
         self._reset(root)
 
     def _reset(self, root: RootState) -> None:
         self.root = root
         self.ws = Workspace(self.source)
-        self.refs = dict(root.refs)
+        self.runs: dict[str, tuple[RunRef, ...]] = dict(root.trees)
+        self.changes = Changes()
         self.catalog = root.catalog
         self.text_stats = dict(root.text_stats)
+        # Nodes of runs that merges built, written at commit.
+        self.merged: list = []
 
-    def tree(self, name: str) -> BTree:
-        return BTree(self.ws, self.refs, name, max_bytes=self.node_bytes)
+    def tree(self, name: str) -> LogTree:
+        return LogTree(self, name, self.leaf_bytes(name))
+
+    def leaf_bytes(self, name: str) -> int:
+        """The leaf budget of a tree, by what it holds (records, postings, index keys)."""
+        if name.startswith("r/"):
+            return self.sizes.records
+        model, _, index = name[2:].rpartition("/")
+        spec = self.catalog.get(model)
+        if spec is not None and index in spec.indexes and spec.indexes[index].kind == TEXT:
+            return self.sizes.text
+        return self.sizes.index
 
     def run(self, readers: list[Reader]) -> list[Any]:
         """Run read coroutines in lockstep: one batched fetch per step."""
@@ -188,21 +200,59 @@ class DropIndex(WriteOp):
 
 
 @dataclass(frozen=True, slots=True)
+class MergeRuns(WriteOp):
+    """Replace neighbouring runs of a tree by the run merged from them.
+
+    Its inputs are immutable, so replaying it on a newer root costs nothing: if the runs
+    are still there, side by side, they are swapped for the same merged run (whose nodes
+    were built once); if another client merged or dropped them meanwhile, it does nothing.
+    """
+
+    tree: str
+    inputs: tuple[bytes, ...]  # root ids of the merged runs, newest first
+    output: RunRef | None  # None: the entries cancelled out
+    nodes: tuple
+    garbage: tuple[bytes, ...]
+
+    def apply(self, txn: Transaction) -> Any:
+        runs = txn.runs.get(self.tree, ())
+        roots = [run.root for run in runs]
+        if self.inputs[0] not in roots:
+            return False
+        i = roots.index(self.inputs[0])
+        j = i + len(self.inputs)
+        if tuple(roots[i:j]) != self.inputs:
+            return False
+        if self.output is not None and not self.output.plain and j == len(runs):
+            raise QueryError("a merge that kept tombstones cannot become the oldest run")
+        merged = runs[:i] + ((self.output,) if self.output is not None else ()) + runs[j:]
+        if merged:
+            txn.runs[self.tree] = merged
+        else:
+            txn.runs.pop(self.tree, None)
+        txn.merged.extend(self.nodes)
+        for node in self.nodes:
+            txn.ws.add(node)
+        txn.ws.garbage.extend(self.garbage)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
 class Savepoint:
-    refs: dict
+    runs: dict
     catalog: Any
     text_stats: dict
-    marker: int
+    changes: int
+    garbage: int
+    merged: int
     ops: int
 
 
 class Transaction(View):
     """A snapshot that writes: ops are applied now and replayed on rebase."""
 
-    def __init__(
-        self, source: NodeSource, root: RootState, *, node_bytes: int = NODE_MAX_BYTES
-    ) -> None:
-        super().__init__(source, root, node_bytes=node_bytes)
+    def __init__(self, source: NodeSource, root: RootState, *, sizes: NodeSizes | None = None):
+        super().__init__(source, root, sizes=sizes)
         self.ops: list[WriteOp] = []
         # Objects read or added in this transaction, with the fields they had: changed
         # ones are saved at commit (as ZeroDB's persistent objects were).
@@ -220,27 +270,43 @@ class Transaction(View):
         return table
 
     def drop_tree(self, name: str) -> None:
-        """Forget a whole tree, every persisted node of it becoming garbage."""
-        tree = self.tree(name)
-        if tree.ref.root is None:
-            return
-        ids = self.run([_all_node_ids(tree, records=name.startswith("r/"))])[0]
-        for blob_id in ids:
-            self.retire_blob(blob_id)
-        self.refs.pop(name, None)
+        """Forget a whole tree: every persisted node of it (and every record blob its
+        live records point to) becomes garbage."""
+        runs = self.runs.pop(name, ())
+        readers: list = [Run(run).node_ids_reader() for run in runs]
+        if name.startswith("r/") and runs:
+            self.runs[name] = runs  # read its live records before it goes
+            readers.append(self.tree(name).scan_reader())
+            del self.runs[name]
+        results = self.run(readers) if readers else []
+        for ids in results[: len(runs)]:
+            for blob_id in ids:
+                self.retire_blob(blob_id)
+        if len(results) > len(runs):
+            for blob_id in spilled_value_ids(v for _, v in results[-1]):
+                self.retire_blob(blob_id)
+        self.changes.drop(name)
 
     def savepoint(self) -> Savepoint:
-        """Capture the state in O(number of trees): trees are copy-on-write."""
+        """Capture the state in O(number of trees): runs are immutable and pending
+        changes keep an undo log."""
         return Savepoint(
-            dict(self.refs), self.catalog, dict(self.text_stats), self.ws.mark(), len(self.ops)
+            dict(self.runs),
+            self.catalog,
+            dict(self.text_stats),
+            self.changes.mark(),
+            self.ws.mark(),
+            len(self.merged),
+            len(self.ops),
         )
 
     def rollback_to(self, sp: Savepoint) -> None:
-        self.refs.clear()
-        self.refs.update(sp.refs)
+        self.runs = dict(sp.runs)
         self.catalog = sp.catalog
         self.text_stats = dict(sp.text_stats)
-        self.ws.rollback_to(sp.marker)
+        self.changes.rollback_to(sp.changes)
+        self.ws.rollback_to(sp.garbage)
+        del self.merged[sp.merged :]
         del self.ops[sp.ops :]
 
     def rebase(self, root: RootState) -> None:
@@ -251,25 +317,28 @@ class Transaction(View):
         for op in ops:
             self.apply(op)
 
-
-def _all_node_ids(tree: BTree, *, records: bool):
-    """Reader returning the ids of every node (and, of a record tree, every spilled
-    record) of a tree."""
-    from zerodb_core.records import spilled_ids
-
-    ref = tree.ref
-    ids: list[bytes] = []
-    level = [ref.root]
-    for _ in range(ref.height):
-        nodes = yield level
-        ids.extend(level)
-        nxt = []
-        for node_id in level:
-            node = nodes[node_id]
-            if node.is_leaf:
-                if records:
-                    ids.extend(spilled_ids(node))
-            else:
-                nxt.extend(node.children)
-        level = nxt
-    return ids
+    def flush(self) -> tuple[dict[str, tuple[RunRef, ...]], list]:
+        """Return the trees of the root this transaction would commit (every tree's
+        pending changes as one new run on top) and every new object to write."""
+        trees = dict(self.runs)
+        objects = list(self.merged)
+        for name, pending in self.changes.trees.items():
+            if not pending:
+                continue
+            keys = pending.sorted_keys()
+            entries = pending.entries
+            values = [entries[key][1] for key in keys]
+            tags = bytes(entries[key][0] for key in keys)
+            run, nodes = build_run(
+                keys,
+                values,
+                tags,
+                leaf_bytes=self.leaf_bytes(name),
+                inner_bytes=self.sizes.inner,
+            )
+            trees[name] = (run, *trees.get(name, ()))
+            objects += nodes
+            if name.startswith("r/"):
+                dirty = self.ws.dirty
+                objects += [dirty[i] for i in spilled_value_ids(values) if i in dirty]
+        return trees, objects

@@ -4,10 +4,13 @@
 from the cache of decrypted blobs, which would hide a blob changed since it was cached),
 decrypts and authenticates each one, and checks:
 
-* **trees**: every node is of the kind its depth requires (inner above, leaves at the
-  height the root names), keys are strictly ascending and inside the range the parent
-  gives the node, the entry count of every node equals the count its parent keeps for it
-  (the counted B+tree), the root's entry count matches, and no node belongs to two places;
+* **trees**: every run of every tree is a well-formed counted B+tree: every node is of
+  the kind its depth requires (inner above, leaves at the height the root names), keys
+  are strictly ascending and inside the range the parent gives the node, the net and
+  tombstone counts of every node equal those its parent keeps for it, the root record's
+  counts and fence keys of the run match, and no node belongs to two places; the runs of
+  a tree agree (a put adds an absent key, a replacement or a tombstone names a present
+  one, the oldest run holds puts only);
 * **records**: every record decodes (spilled records too) and sits under the key of its
   own primary key;
 * **indexes**: every record has each entry its model's indexes (the catalog's) should
@@ -34,7 +37,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.blobsource import BlobSource
-from zerodb_core.btree import EMPTY_TREE, BlobRequest, TreeRef
+from zerodb_core.btree import DELETE, PUT, REPLACE, BlobRequest, RunRef
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, digest
 from zerodb_core.encoding import encode_key
@@ -163,12 +166,12 @@ class _Checker:
 
     def run(self, models: list[str] | None) -> None:
         catalog = self.state.catalog
-        refs = self.state.refs
+        trees = self.state.trees
         if models is None:
             specs = list(catalog.models.values())
             owned = {s.record_tree for s in specs}
             owned.update(s.index_tree(i) for s in specs for i in s.indexes.values())
-            orphans = sorted(name for name in refs if name not in owned)
+            orphans = sorted(name for name in trees if name not in owned)
         else:
             specs = []
             for name in models:
@@ -179,19 +182,16 @@ class _Checker:
                     specs.append(spec)
             orphans = []
         if self.progress is not None:
-            total = sum(refs.get(s.record_tree, EMPTY_TREE).count for s in specs)
-            total += sum(
-                refs.get(s.index_tree(i), EMPTY_TREE).count
-                for s in specs
-                for i in s.indexes.values()
-            )
-            total += sum(refs[name].count for name in orphans)
+            names = [s.record_tree for s in specs]
+            names += [s.index_tree(i) for s in specs for i in s.indexes.values()]
+            # Entries at least (replacements are not counted anywhere).
+            total = sum(r.count + 2 * r.dels for n in names + orphans for r in trees.get(n, ()))
             self.progress(0, total)
         for spec in specs:
             self.check_model(spec)
         for name in orphans:
             self.problem(name, "the root names this tree but no model of the catalog owns it")
-            self.walk(name, refs[name])
+            self.walk(name)
 
     def check_model(self, spec: ModelSpec) -> None:
         rows = self.records(spec)
@@ -205,7 +205,7 @@ class _Checker:
         where = spec.record_tree
         rows: dict[bytes, tuple[Any, dict]] = {}
         spilled: list[tuple[bytes, bytes]] = []
-        for key, value in self.walk(where, self.state.refs.get(where, EMPTY_TREE)):
+        for key, value in self.walk(where):
             if value[:1] == INLINE:
                 self.record(where, key, value[1:], rows)
             elif value[:1] == SPILLED and len(value) == 17:
@@ -244,7 +244,7 @@ class _Checker:
     ) -> None:
         tree = spec.index_tree(index)
         where = f"index {spec.name}.{index.name}"
-        actual = dict(self.walk(tree, self.state.refs.get(tree, EMPTY_TREE)))
+        actual = dict(self.walk(tree))
         self.report.index_entries += len(actual)
         expected: dict[bytes, bytes] = {}
         owner: dict[bytes, Any] = {}
@@ -302,22 +302,47 @@ class _Checker:
 
     # -- trees -------------------------------------------------------------------------
 
-    def walk(self, name: str, ref: TreeRef) -> list[tuple[bytes, bytes]]:
-        """Fetch every node of a tree level by level, check its shape, and return the
-        leaf entries in key order (of the parts that could be read)."""
+    def walk(self, name: str) -> list[tuple[bytes, bytes]]:
+        """Check every run of a tree and return its live entries in key order: each
+        key's newest entry, the runs applied oldest first."""
         self.report.trees += 1
-        entries: list[tuple[bytes, bytes]] = []
-        if ref.root is None:
-            if ref.height or ref.count:
-                self.problem(name, "an empty tree has a height or a count")
-            return entries
-        # (node id, lower bound or None, upper bound or None, count the parent keeps)
-        level: list[tuple[bytes, bytes | None, bytes | None, int]] = [
-            (ref.root, None, None, ref.count)
+        runs = self.state.trees.get(name, ())
+        live: dict[bytes, bytes] = {}
+        for age, run in enumerate(reversed(runs)):
+            where = f"{name} run {run.root.hex()}"
+            if age == 0 and not run.plain:
+                self.problem(where, "the oldest run of a tree holds more than puts")
+            disagreements = 0
+            for key, tag, value in self.walk_run(where, run):
+                if tag == PUT:
+                    disagreements += key in live
+                    live[key] = value
+                elif tag == REPLACE:
+                    disagreements += key not in live
+                    live[key] = value
+                else:
+                    disagreements += live.pop(key, None) is None
+            if disagreements:
+                self.problem(
+                    where,
+                    f"{disagreements} entries disagree with the older runs (a put of a "
+                    "present key, or a replacement or tombstone of an absent one)",
+                )
+        return sorted(live.items())
+
+    def walk_run(self, name: str, run: RunRef) -> list[tuple[bytes, int, bytes]]:
+        """Fetch every node of a run level by level, check its shape and counts, and
+        return its entries ``(key, tag, value)`` in key order (of the parts that could
+        be read)."""
+        entries: list[tuple[bytes, int, bytes]] = []
+        # (node id, lower bound or None, upper bound or None, net and tombstone counts
+        # the parent keeps)
+        level: list[tuple[bytes, bytes | None, bytes | None, tuple[int, int]]] = [
+            (run.root, None, None, (run.count, run.dels))
         ]
-        for depth in range(ref.height):
-            leaves = depth == ref.height - 1
-            deeper: list[tuple[bytes, bytes | None, bytes | None, int]] = []
+        for depth in range(run.height):
+            leaves = depth == run.height - 1
+            deeper: list[tuple[bytes, bytes | None, bytes | None, tuple[int, int]]] = []
             for start in range(0, len(level), self.batch):
                 chunk = level[start : start + self.batch]
                 fresh = [item for item in chunk if self.visit(name, item[0])]
@@ -331,7 +356,7 @@ class _Checker:
                     if node.is_leaf != leaves:
                         kind = "a leaf" if node.is_leaf else "an inner node"
                         self.problem(
-                            where, f"{kind} at depth {depth} of a tree of height {ref.height}"
+                            where, f"{kind} at depth {depth} of a run of height {run.height}"
                         )
                         continue
                     keys = node.keys
@@ -343,28 +368,31 @@ class _Checker:
                         or (hi is not None and separators[-1] >= hi)
                     ):
                         self.problem(where, "keys lie outside the range its parent gives it")
-                    count = len(keys) if leaves else sum(node.counts)
-                    if count != expected:
-                        self.problem(
-                            where, f"holds {count} entries but its parent counts {expected}"
-                        )
                     if leaves:
-                        entries.extend(zip(keys, node.values))
+                        tags = node.tags or bytes(len(keys))
+                        counts = (tags.count(PUT) - tags.count(DELETE), tags.count(DELETE))
+                        entries.extend(zip(keys, tags, node.values))
                         advance += len(keys)
-                        continue
-                    n = len(node.children)
-                    for i, child in enumerate(node.children):
-                        deeper.append(
-                            (
-                                child,
-                                keys[i] if i else lo,
-                                keys[i + 1] if i + 1 < n else hi,
-                                node.counts[i],
-                            )
+                    else:
+                        dels = node.dels or [0] * len(node.counts)
+                        counts = (sum(node.counts), sum(dels))
+                        n = len(node.children)
+                        for i, child in enumerate(node.children):
+                            bounds = (keys[i] if i else lo, keys[i + 1] if i + 1 < n else hi)
+                            deeper.append((child, *bounds, (node.counts[i], dels[i])))
+                    if counts != expected:
+                        self.problem(
+                            where,
+                            f"holds {counts[0]} net entries and {counts[1]} tombstones but "
+                            f"its parent counts {expected[0]} and {expected[1]}",
                         )
                 if advance and self.progress is not None:
                     self.progress(advance, 0)
             level = deeper
+        if entries and not (run.may_hold(entries[0][0]) and run.may_hold(entries[-1][0])):
+            self.problem(name, "the root record's fence keys do not enclose the run's keys")
+        if entries and run.plain and any(tag != PUT for _, tag, _ in entries):
+            self.problem(name, "the root record says the run holds only puts, but it does not")
         return entries
 
     def visit(self, name: str, node_id: bytes) -> bool:

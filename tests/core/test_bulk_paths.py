@@ -1,22 +1,18 @@
 """The fast paths of bulk writes give exactly what the plain ones give.
 
 Postings written byte by byte equal ``pack``'s, the ASCII tokenizer equals the general
-pattern, ``put_many`` splits leaves where inserting one entry at a time would, and a batch
-of records leaves the same trees whatever order its rows come in.
+pattern, and a batch of records leaves the same trees whatever order its rows come in.
 """
 
 from __future__ import annotations
 
 import random
-from bisect import bisect_left
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.core.hr import Account, Employee
-from zerodb_core.btree import CLEAN, BTree, Workspace, reachable_dirty
-from zerodb_core.btree.node import ENTRY_OVERHEAD, node_from_payload
 from zerodb_core.models import Field, Model
 from zerodb_core.records import _postings
 from zerodb_core.serialization import pack
@@ -58,103 +54,12 @@ def test_ascii_tokens_are_the_general_patterns(text):
     assert tokenize(long) == general
 
 
-# -- leaves split where one-by-one inserts split them ------------------------------------
-
-
-def put_one_by_one(tree: BTree, items: list[tuple[bytes, bytes]]) -> None:
-    """The plain algorithm: per leaf, insert entries one at a time, split on overflow."""
-    ws, n, i = tree.ws, len(items), 0
-    while i < n and tree.ref.root is None:
-        tree.put(*items[i])
-        i += 1
-    while i < n:
-        path, leaf = tree._path(items[i][0])
-        hi = next(
-            (p.keys[j + 1] for p, j in reversed(path) if j + 1 < len(p.keys)),
-            None,
-        )
-        leaf = ws.writable(leaf)
-        keys, values, delta, pos, size = leaf.keys, leaf.values, 0, 0, leaf.size
-        while i < n:
-            key, value = items[i]
-            if hi is not None and key >= hi:
-                break
-            pos = bisect_left(keys, key, pos)
-            if pos < len(keys) and keys[pos] == key:
-                size += len(value) - len(values[pos])
-                values[pos] = value
-            else:
-                keys.insert(pos, key)
-                values.insert(pos, value)
-                size += len(key) + len(value) + ENTRY_OVERHEAD
-                delta += 1
-            i += 1
-            if size > tree.max_bytes:
-                break
-        leaf.size = size
-        tree._grow(path, leaf, delta, hi is None and pos == len(keys) - 1)
-
-
-class DictSource:
-    def __init__(self) -> None:
-        self.blobs: dict[bytes, list] = {}
-
-    def lookup(self, blob_id):
-        return None
-
-    def fetch(self, blob_ids):
-        return {i: node_from_payload(i, self.blobs[i]) for i in blob_ids}
-
-
-def shape(ws: Workspace, refs: dict) -> list:
-    out = []
-
-    def walk(node_id):
-        node = ws.load(node_id)
-        out.append((node.is_leaf, node.keys, node.values if node.is_leaf else node.counts))
-        for child in [] if node.is_leaf else node.children:
-            walk(child)
-
-    walk(refs["t"].root)
-    return out
-
-
-@settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32), max_bytes=st.sampled_from([150, 300, 1000]))
-def test_put_many_splits_where_one_by_one_inserts_split(seed, max_bytes):
-    shapes = []
-    for put in (BTree.put_many, put_one_by_one):
-        rng = random.Random(seed)
-        source, refs = DictSource(), {}
-        ws = Workspace(source)
-        for step in range(rng.randint(1, 5)):
-            count = rng.randint(0, 300)
-            kind = rng.random()
-            if kind < 0.3:  # anywhere, some keys replaced
-                keys = {rng.randbytes(rng.randint(0, 3)) for _ in range(count)}
-            elif kind < 0.6:  # a few prefixes, each growing at its end (postings)
-                keys = {bytes([rng.randint(1, 5)]) + (step * 999 + t).to_bytes(3, "big")
-                        for t in range(count)}  # fmt: skip
-            else:  # appended at the end of the tree (records)
-                keys = {(step * 999 + t).to_bytes(3, "big") for t in range(count)}
-            items = sorted((k, rng.randbytes(rng.randint(0, 40))) for k in keys)
-            put(BTree(ws, refs, "t", max_bytes=max_bytes), items)
-            # commit: later writes copy what they change (no tree yet after empty puts)
-            if rng.random() < 0.5 and "t" in refs:
-                for node in reachable_dirty(ws, [refs["t"].root]):
-                    node.gen = CLEAN
-                    source.blobs[node.id] = node.to_payload()
-                ws = Workspace(source)
-        shapes.append(shape(ws, refs) if "t" in refs else [])
-    assert shapes[0] == shapes[1]
-
-
 # -- a batch leaves the same trees whatever the order of its rows --------------------------
 
 
 def trees(db) -> dict:
     snap = db.snapshot()
-    entries = {name: snap.run([snap.tree(name).scan_reader()])[0] for name in sorted(snap.refs)}
+    entries = {name: snap.run([snap.tree(name).scan_reader()])[0] for name in sorted(snap.runs)}
     return entries | {"text_stats": sorted(snap.text_stats.items())}
 
 

@@ -185,11 +185,13 @@ def test_large_results_stream_in_batches(make_db):
 def test_embedded_store_collects_its_garbage(make_db):
     storage = MemoryStorage()
     db = make_db(storage)
-    db.add(Employee(name="a", salary=1))
-    db.add(Employee(name="b", salary=2))  # replaces nodes of the first commit
+    names = "abcd"
+    for salary, name in enumerate(names):  # the fourth commit merges the four runs
+        db.add(Employee(name=name, salary=salary))
+    assert all(len(runs) == 1 for runs in db.read_root().trees.values())
     pending = storage.stats("local", "main")["garbage"]
     assert pending > 0
     assert db.collect_garbage(retention=3600) == 0  # too young: readers may need them
     assert db.collect_garbage(retention=0) == pending
     assert storage.stats("local", "main")["garbage"] == 0
-    assert {e.name for e in db[Employee].all()} == {"a", "b"}  # nothing live was lost
+    assert {e.name for e in db[Employee].all()} == set(names)  # nothing live was lost

@@ -103,11 +103,16 @@ def test_status_comes_from_the_root():
     db.add(*(Item(name=str(i)) for i in range(10)))
     status = database_status(db)
     assert status["models"]["Item"]["records"] == 10
-    assert status["models"]["Item"]["indexes"]["name"] == {
+    name_index = status["models"]["Item"]["indexes"]["name"]
+    runs = db.read_root().trees["i/Item/name"]
+    assert name_index == {
         "kind": "field",
         "fields": ["name"],
         "entries": 10,
         "height": 1,
+        "runs": 1,
+        "bytes": runs[0].bytes,
     }
+    assert runs[0].bytes > 0
     assert status["key_epochs"] == [1] and status["unowned_trees"] == []
     assert describe_root(db.snapshot().root)["seq"] == status["seq"] > 0

@@ -294,18 +294,19 @@ def spy(monkeypatch):
 
 @dataclass(frozen=True)
 class Template:
-    path: Path  # a closed store file (with its freshness file beside it) at seq 2
+    path: Path  # a closed store file (with its freshness file beside it) at seq 3
     expected: tuple  # battery() on it
     old_root: tuple[int, bytes]  # the sealed root of seq 1
     touched: tuple[bytes, ...]  # blob ids battery() opens, in order (root excluded)
-    tree_roots: dict[str, bytes]  # tree name -> root node id
-    garbage: frozenset[bytes]  # ids the second commit made unreachable
+    tree_roots: dict[str, bytes]  # tree name -> root node id of its (only) run
+    garbage: frozenset[bytes]  # ids the merge made unreachable
     big: bytes  # the spilled record's blob id
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Template:
-    """Build the database once per module: 301 employees, then one change (seq 2)."""
+    """Build the database once per module: 301 employees, then one change (seq 2), then
+    the merge of each tree's two runs (seq 3), which leaves the first runs as garbage."""
     path = tmp_path_factory.mktemp("tamper") / "hr.zdb"
     db = open_db(path)
     with db.transaction():
@@ -314,10 +315,13 @@ def template(tmp_path_factory) -> Template:
     first = db[Employee].query(surname="s000")[0]
     first.salary = 999_999
     db.add(first)
-    refs = db.read_root().refs
+    assert db.compact() > 0
+    current = db.read_root()
+    trees = current.trees
+    assert current.seq == 3 and all(len(runs) == 1 for runs in trees.values())
     db.close()
     garbage = _sql(path, lambda c: frozenset(i for (i,) in c.execute("SELECT id FROM garbage")))
-    assert garbage, "the second commit should have replaced some nodes"
+    assert garbage, "the merge should have replaced the first runs"
 
     # What a fresh client opens to answer the battery, recorded by a throwaway spy.
     with pytest.MonkeyPatch.context() as mp:
@@ -326,7 +330,7 @@ def template(tmp_path_factory) -> Template:
         expected = battery(db)
         db.close()
     touched = tuple(
-        dict.fromkeys(i for kind, i in recorder.events if kind == "opened" and i != root_blob_id(2))
+        dict.fromkeys(i for kind, i in recorder.events if kind == "opened" and i != root_blob_id(3))
     )
     blobs = read_blobs(path)
     (big,) = [i for i in touched if blobs[i][5] == KIND_RECORD]
@@ -336,7 +340,7 @@ def template(tmp_path_factory) -> Template:
         expected=expected,
         old_root=old_root,
         touched=touched,
-        tree_roots={name: ref.root for name, ref in refs.items()},
+        tree_roots={name: runs[0].root for name, runs in trees.items()},
         garbage=garbage,
         big=big,
     )
@@ -590,7 +594,7 @@ def test_old_root_served_under_the_current_seq(template, store, spy):
 
 def test_rollback_seen_by_the_same_client(template, store):
     db = open_db(store)
-    assert battery(db) == template.expected  # this client has now seen seq 2
+    assert battery(db) == template.expected  # this client has now seen seq 3
     write_root(store, *template.old_root)
     with pytest.raises(FreshnessError, match="rollback"):
         battery(db)
@@ -609,7 +613,7 @@ def test_rollback_seen_by_a_new_process(template, store):
 
 
 def test_rollback_to_an_empty_database(store):
-    """Serving "never committed" (seq 0) after seq 2 was seen is a rollback too."""
+    """Serving "never committed" (seq 0) after seq 3 was seen is a rollback too."""
     write_root(store, 0, b"")
     db = open_db(store)
     with pytest.raises(FreshnessError, match="rollback"):
@@ -622,9 +626,9 @@ def test_rollback_of_the_whole_file(template, store, tmp_path):
     old = tmp_path / "old.zdb"
     shutil.copy(store, old)
     db = open_db(store)
-    db.add(Employee(name="newer"))  # seq 3, remembered in hr.zdb.fresh
+    db.add(Employee(name="newer"))  # seq 4, remembered in hr.zdb.fresh
     db.close()
-    shutil.copy(old, store)  # the file goes back to seq 2; the freshness file stays
+    shutil.copy(old, store)  # the file goes back to seq 3; the freshness file stays
     db = open_db(store)
     with pytest.raises(FreshnessError, match="rollback"):
         battery(db)
@@ -634,13 +638,13 @@ def test_rollback_of_the_whole_file(template, store, tmp_path):
 def test_fork_same_seq(template, store, tmp_path):
     """Two clients branch from one copy; showing one the other's branch is a fork."""
     branch = tmp_path / "branch.zdb"
-    shutil.copy(store, branch)  # the server keeps two histories from seq 2 on
+    shutil.copy(store, branch)  # the server keeps two histories from seq 3 on
     x_fresh, y_fresh = tmp_path / "x.fresh", tmp_path / "y.fresh"
     x = open_db(store, freshness_path=x_fresh)
     y = open_db(branch, freshness_path=y_fresh)
-    x.add(Employee(name="only in x"))  # seq 3 on one branch
-    y.add(Employee(name="only in y"))  # another seq 3 on the other
-    assert read_root(store)[0] == read_root(branch)[0] == 3
+    x.add(Employee(name="only in x"))  # seq 4 on one branch
+    y.add(Employee(name="only in y"))  # another seq 4 on the other
+    assert read_root(store)[0] == read_root(branch)[0] == 4
 
     serve_state(branch, store)  # x is now shown y's branch
     with pytest.raises(FreshnessError, match="fork"):
@@ -827,7 +831,7 @@ def test_blob_moved_to_another_database_under_its_own_id(two_databases, spy):
     """Same id, same keys, other database: only the associated data tells them apart."""
     storage, main, other = two_databases
     blobs = storage._databases[("local", "main")].blobs
-    node = main.read_root().refs["r/Employee"].root
+    node = main.read_root().trees["r/Employee"][0].root
     storage._databases[("local", "other")].blobs[node] = blobs[node]
     assert main.source.fetch([node])  # where it belongs, it opens
     spy.events.clear()

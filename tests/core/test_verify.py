@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from blob_server.storage.memory import MemoryStorage
+from zerodb_core.btree import PUT, Inner, new_id
 from zerodb_core.encoding import encode_key
 from zerodb_core.models import Field, Model, Text
 from zerodb_core.serialization import pack
@@ -71,7 +74,7 @@ def test_a_wrong_index_entry_is_found(db):
     BTree API, committed like any write)."""
     with db.transaction() as txn:
         tree = _tree(db, txn, "name")
-        tree.put(encode_key("nobody") + encode_key(5), pack(5))
+        tree.put(encode_key("nobody") + encode_key(5), pack(5), False)
         txn.ops.append(_Nothing())  # make the commit happen
     report = verify(db)
     assert not report.ok
@@ -85,8 +88,8 @@ def test_a_missing_entry_and_a_dangling_entry_are_found(db):
     pk = next(p.pk for p in db[Person].all() if p.email == "p7@x")
     with db.transaction() as txn:
         tree = _tree(db, txn, "email")
-        assert tree.delete(encode_key("p7@x")) is not None
-        tree.put(encode_key("ghost@x"), pack(99_999))
+        tree.delete(encode_key("p7@x"))
+        tree.put(encode_key("ghost@x"), pack(99_999), False)
         txn.ops.append(_Nothing())
     messages = [str(p) for p in verify(db).problems]
     assert any(f"record {pk} has no entry" in m for m in messages), messages
@@ -99,22 +102,59 @@ def test_a_unique_duplicate_is_found(db):
         spec = txn.catalog.get("Person")
         records = txn.tree(spec.record_tree)
         record = dict(people[3].to_record(), email="p4@x")
-        records.put(encode_key(3), b"\x00" + pack([3, record]))
+        records.put(encode_key(3), b"\x00" + pack([3, record]), True)
         txn.ops.append(_Nothing())
     messages = [str(p) for p in verify(db).problems]
     assert any("duplicate" in m and "Person.email" in m for m in messages), messages
 
 
+def _forge_run(txn, tree, change_root, **ref_changes):
+    """Replace the newest run of ``tree`` by one whose root node ``change_root`` altered
+    (a new node, written by the commit like a merge's)."""
+    run = tree.runs[0]
+    node = txn.run([_fetch(run.root)])[0]
+    forged = Inner(new_id(), list(node.keys), list(node.children), list(node.counts))
+    change_root(forged)
+    txn.merged.append(forged)
+    txn.runs[tree.name] = (replace(run, root=forged.id, **ref_changes), *tree.runs[1:])
+
+
+def _fetch(blob_id):
+    nodes = yield [blob_id]
+    return nodes[blob_id]
+
+
 def test_a_wrong_count_in_an_inner_node_is_found(db):
     with db.transaction() as txn:
         tree = _tree(db, txn, "name")
-        assert tree.ref.height >= 2
-        root = txn.ws.writable(txn.ws.load(tree.ref.root))
-        root.counts[0] += 1
-        txn.refs[tree.name] = type(tree.ref)(root.id, tree.ref.height, tree.ref.count + 1)
+        assert tree.runs[0].height >= 2
+        count = tree.runs[0].count
+        _forge_run(
+            txn, tree, lambda root: root.counts.__setitem__(0, root.counts[0] + 1), count=count + 1
+        )
         txn.ops.append(_Nothing())
     messages = [str(p) for p in verify(db).problems]
     assert any("parent counts" in m for m in messages), messages
+
+
+def test_runs_that_disagree_are_found(db):
+    """A newer run that puts a key an older run holds (so counts would be off by one)."""
+    with db.transaction() as txn:
+        tree = _tree(db, txn, "name")
+        key, value = txn.run([tree.scan_reader(limit=1)])[0][0]
+        txn.changes.writable(tree.name).restore(key, (PUT, value))
+        txn.ops.append(_Nothing())
+    messages = [str(p) for p in verify(db).problems]
+    assert any("disagree with the older runs" in m for m in messages), messages
+
+
+def test_tombstones_in_the_oldest_run_are_found(db):
+    with db.transaction() as txn:
+        tree = _tree(db, txn, "name")
+        _forge_run(txn, tree, lambda root: None, plain=False)
+        txn.ops.append(_Nothing())
+    messages = [str(p) for p in verify(db).problems]
+    assert any("oldest run of a tree holds more than puts" in m for m in messages), messages
 
 
 def test_a_tampered_blob_is_found(make_db):
@@ -122,12 +162,12 @@ def test_a_tampered_blob_is_found(make_db):
     db = make_db(storage, node_bytes=512)
     _fill(db, 100)
     spec = db.snapshot().catalog.get("Person")
-    root_id = db.snapshot().refs[spec.index_tree(spec.indexes["name"])].root
+    root_id = db.snapshot().runs[spec.index_tree(spec.indexes["name"])][0].root
     blobs = storage._databases[("local", "main")].blobs  # test-only introspection
     sealed = bytearray(blobs[root_id])
     sealed[-1] ^= 1
     blobs[root_id] = bytes(sealed)
-    del blobs[db.snapshot().refs[spec.record_tree].root]
+    del blobs[db.snapshot().runs[spec.record_tree][0].root]
     messages = [str(p) for p in verify(db).problems]
     assert any("authentication failed" in m for m in messages), messages
     assert any("missing from the store" in m for m in messages), messages

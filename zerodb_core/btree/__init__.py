@@ -1,7 +1,16 @@
-"""Copy-on-write counted B+trees over byte keys, with level-by-level batched reads."""
+"""Immutable counted B+tree runs, with level-by-level batched reads."""
 
-from zerodb_core.btree.node import CLEAN, Inner, Leaf, Node, node_from_payload
-from zerodb_core.btree.tree import EMPTY_TREE, NODE_MAX_BYTES, BTree, TreeRef
+from zerodb_core.btree.node import (
+    ALL_PUT,
+    DELETE,
+    PUT,
+    REPLACE,
+    Inner,
+    Leaf,
+    Node,
+    node_from_payload,
+)
+from zerodb_core.btree.run import NodeSizes, Run, RunRef, build_run
 from zerodb_core.btree.workspace import (
     BlobRequest,
     NodeSource,
@@ -9,24 +18,25 @@ from zerodb_core.btree.workspace import (
     Workspace,
     gather,
     new_id,
-    reachable_dirty,
 )
 
 __all__ = [
-    "CLEAN",
-    "EMPTY_TREE",
-    "NODE_MAX_BYTES",
-    "BTree",
+    "ALL_PUT",
+    "DELETE",
+    "PUT",
+    "REPLACE",
     "BlobRequest",
     "Inner",
     "Leaf",
     "Node",
+    "NodeSizes",
     "NodeSource",
     "Reader",
-    "TreeRef",
+    "Run",
+    "RunRef",
     "Workspace",
+    "build_run",
     "gather",
     "new_id",
     "node_from_payload",
-    "reachable_dirty",
 ]

@@ -1,12 +1,23 @@
-"""B+tree nodes: plain parallel lists, ``bisect`` for search, sizes kept in bytes.
+"""B+tree nodes of an immutable run: plain parallel lists, ``bisect`` for search.
 
 Following sortedcontainers, a node is a few Python lists and no per-key objects: search is
-``bisect`` on a list of ``bytes`` (compared in C), inserts are ``list.insert``.
+``bisect`` on a list of ``bytes`` (compared in C).
 
-Inner nodes keep, per child, the number of entries below it (a *counted* B+tree), so the
-count of any key range, a rank or an offset costs one root-to-leaf path, not a scan.
-``keys[i]`` of an inner node is a lower bound of every key under ``children[i]``;
-``keys[0]`` is never used for routing (a smaller key still goes to child 0).
+A run (see :mod:`zerodb_core.btree.run`) is one immutable sorted layer of a log-structured
+tree. Its entries carry a *tag* saying what they do to the layers below: ``PUT`` adds a
+key that was absent, ``REPLACE`` gives a present key a new value, ``DELETE`` removes a
+present key (a tombstone, with an empty value). Because writers only ever record exact
+changes, a run's entries change the number of live keys by exactly ``+1``, ``0`` and
+``-1``, and counts stay exact without reading the layers below.
+
+Inner nodes keep, per child, that *net* count (``PUT`` minus ``DELETE`` entries below it)
+and the number of ``DELETE`` entries, so the live count of any key range, a rank or an
+offset costs edge paths, not a scan. ``keys[i]`` of an inner node is a lower bound of
+every key under ``children[i]``; ``keys[0]`` is never used for routing.
+
+The payloads are those of the single copy-on-write trees of format 1 with optional
+extras: a leaf without tags holds only ``PUT`` entries and an inner node without
+``dels`` none below it, so format-1 trees read as runs of ``PUT`` entries.
 """
 
 from __future__ import annotations
@@ -15,52 +26,49 @@ from zerodb_core.exceptions import IntegrityError
 
 # Approximate msgpack framing per entry (bin headers, list slots). Sizes only steer splits.
 ENTRY_OVERHEAD = 6
-CHILD_OVERHEAD = 16 + 6 + 5  # id, bin header, count
+CHILD_OVERHEAD = 16 + 4 + 5 + 5  # id, bin headers, net count, tombstone count
 NODE_OVERHEAD = 16
 
-# Generation of a node that is persisted (clean): it may never be mutated again.
-CLEAN = -1
+# What an entry does to the layers below it.
+PUT = 0
+REPLACE = 1
+DELETE = 2
+# The tags of a leaf of PUT entries only (format 1 leaves, and most runs).
+ALL_PUT = b""
 
 LEAF = 0
 INNER = 1
 
 
 class Leaf:
-    """Sorted keys with their values."""
+    """Sorted keys with their values and tags (``ALL_PUT``, or one byte per entry)."""
 
-    __slots__ = ("gen", "id", "keys", "size", "values")
+    __slots__ = ("id", "keys", "tags", "values")
 
     def __init__(
-        self,
-        node_id: bytes,
-        keys: list[bytes],
-        values: list[bytes],
-        gen: int = CLEAN,
-        size: int | None = None,
-    ):
+        self, node_id: bytes, keys: list[bytes], values: list[bytes], tags: bytes = ALL_PUT
+    ) -> None:
         self.id = node_id
         self.keys = keys
         self.values = values
-        self.gen = gen
-        if size is None:
-            size = NODE_OVERHEAD + sum(map(len, keys)) + sum(map(len, values))
-            size += ENTRY_OVERHEAD * len(keys)
-        self.size = size
+        self.tags = tags
 
     is_leaf = True
 
-    @property
-    def count(self) -> int:
-        return len(self.keys)
+    def tag(self, i: int) -> int:
+        """The tag of entry ``i``."""
+        return self.tags[i] if self.tags else PUT
 
     def to_payload(self) -> list:
+        if self.tags:
+            return [LEAF, self.keys, self.values, self.tags]
         return [LEAF, self.keys, self.values]
 
 
 class Inner:
-    """Children by id, their lower-bound keys and their entry counts."""
+    """Children by id, their lower-bound keys, net counts and tombstone counts."""
 
-    __slots__ = ("children", "counts", "gen", "id", "keys", "size")
+    __slots__ = ("children", "counts", "dels", "id", "keys")
 
     def __init__(
         self,
@@ -68,22 +76,20 @@ class Inner:
         keys: list[bytes],
         children: list[bytes],
         counts: list[int],
-        gen: int = CLEAN,
-    ):
+        dels: list[int] | None = None,
+    ) -> None:
         self.id = node_id
         self.keys = keys
         self.children = children
         self.counts = counts
-        self.gen = gen
-        self.size = NODE_OVERHEAD + sum(map(len, keys)) + CHILD_OVERHEAD * len(keys)
+        # DELETE entries below each child; empty when there are none at all.
+        self.dels = dels or []
 
     is_leaf = False
 
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
     def to_payload(self) -> list:
+        if self.dels:
+            return [INNER, self.keys, self.children, self.counts, self.dels]
         return [INNER, self.keys, self.children, self.counts]
 
 
@@ -91,26 +97,46 @@ Node = Leaf | Inner
 
 
 def node_from_payload(node_id: bytes, payload: object) -> Node:
-    """Build a clean node from its decoded payload, checking its shape (fail closed)."""
+    """Build a node from its decoded payload, checking its shape (fail closed)."""
     try:
         kind = payload[0]  # type: ignore[index]
-        if kind == LEAF and len(payload) == 3:  # type: ignore[arg-type]
-            _, keys, values = payload  # type: ignore[misc]
-            if len(keys) == len(values) and _all_bytes(keys) and _all_bytes(values):
-                return Leaf(node_id, keys, values)
-        elif kind == INNER and len(payload) == 4:  # type: ignore[arg-type]
-            _, keys, children, counts = payload  # type: ignore[misc]
+        size = len(payload)  # type: ignore[arg-type]
+        if kind == LEAF and size in (3, 4):
+            keys, values = payload[1], payload[2]  # type: ignore[index]
+            tags = payload[3] if size == 4 else ALL_PUT  # type: ignore[index]
+            if (
+                len(keys) == len(values)
+                and _all_bytes(keys)
+                and _all_bytes(values)
+                and type(tags) is bytes
+                and (size == 3 or (len(tags) == len(keys) and max(tags) <= DELETE))
+            ):
+                return Leaf(node_id, keys, values, tags)
+        elif kind == INNER and size in (4, 5):
+            keys, children, counts = payload[1], payload[2], payload[3]  # type: ignore[index]
+            dels = payload[4] if size == 5 else []  # type: ignore[index]
             if (
                 len(keys) == len(children) == len(counts) > 0
                 and _all_bytes(keys)
                 and _all_bytes(children)
-                and all(type(c) is int and c > 0 for c in counts)
+                and all(type(c) is int for c in counts)
+                and (size == 4 or _valid_dels(counts, dels))
+                and (size == 5 or all(c > 0 for c in counts))
             ):
-                return Inner(node_id, keys, children, counts)
+                return Inner(node_id, keys, children, counts, dels)
     except (TypeError, IndexError, ValueError):
         pass
     raise IntegrityError(f"blob {node_id.hex()} is not a well-formed B+tree node")
 
 
+def _valid_dels(counts: list, dels: object) -> bool:
+    """Tombstone counts: one per child, never negative, never more puts than possible."""
+    return (
+        isinstance(dels, list)
+        and len(dels) == len(counts)
+        and all(type(d) is int and d >= 0 and c + d >= 0 for c, d in zip(counts, dels))
+    )
+
+
 def _all_bytes(items: object) -> bool:
-    return isinstance(items, list) and all(type(x) is bytes for x in items)
+    return isinstance(items, list) and set(map(type, items)) <= {bytes}

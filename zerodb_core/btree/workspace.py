@@ -1,8 +1,9 @@
 """Where a transaction's trees find their nodes, and how reads are batched.
 
-A :class:`Workspace` belongs to one transaction. It holds the nodes the transaction made
-(*dirty* nodes, mutable while their generation is current), the ids of persisted nodes the
-transaction replaced (garbage at commit), and a :class:`NodeSource` for everything else.
+A :class:`Workspace` belongs to one transaction. It holds the objects the transaction made
+(*dirty*: nodes of merged runs, records too large for a leaf), the ids of persisted blobs
+the transaction made unreachable (garbage at commit), and a :class:`NodeSource` for
+everything else.
 
 Reads are written as generators that ``yield`` the list of blob ids they need next and
 receive a dict of id -> object. :meth:`Workspace.run` drives several of them in lockstep
@@ -15,8 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Sequence
 from typing import Any, Protocol
-
-from zerodb_core.btree.node import CLEAN, Node
 
 # What a reader asks for: a node id, or ``(blob id, blob kind)`` for other kinds of blob.
 BlobRequest = bytes | tuple[bytes, int]
@@ -40,59 +39,30 @@ def new_id() -> bytes:
 
 
 class Workspace:
-    """Dirty nodes, replaced ids and batched reads of one transaction."""
+    """Dirty objects, replaced ids and batched reads of one transaction."""
 
     def __init__(self, source: NodeSource) -> None:
         self.source = source
+        # Objects this transaction made (run nodes, record blobs), readable before commit.
         self.dirty: dict[bytes, Any] = {}
+        # Persisted blobs this transaction makes unreachable (garbage at commit).
         self.garbage: list[bytes] = []
-        # Nodes of the current generation may be changed in place; a savepoint starts a
-        # new generation so that what it captured is copied before it is changed.
-        self.gen = 0
 
     # -- savepoints ---------------------------------------------------------------------
 
     def mark(self) -> int:
-        """Start a new generation and return a marker for :meth:`rollback_to`."""
-        self.gen += 1
+        """Return a marker for :meth:`rollback_to`."""
         return len(self.garbage)
 
     def rollback_to(self, marker: int) -> None:
-        """Forget ids marked as garbage after ``marker`` (their nodes are live again)."""
+        """Forget ids marked as garbage after ``marker`` (their blobs are live again)."""
         del self.garbage[marker:]
-        self.gen += 1
 
-    # -- node access ----------------------------------------------------------------------
+    # -- access -----------------------------------------------------------------------------
 
     def add(self, obj: Any) -> None:
         """Register a new dirty object under its ``id``."""
         self.dirty[obj.id] = obj
-
-    def retire(self, node: Node) -> None:
-        """Note that ``node`` is replaced; if it was persisted it becomes garbage."""
-        if node.gen == CLEAN:
-            self.garbage.append(node.id)
-
-    def writable(self, node: Node) -> Node:
-        """Return ``node`` itself if this generation may change it, else a dirty copy."""
-        if node.gen == self.gen:
-            return node
-        copy = _copy_node(node, new_id(), self.gen)
-        self.retire(node)
-        self.add(copy)
-        return copy
-
-    def load(self, blob_id: bytes) -> Any:
-        """Return one node, fetching it (one round trip) if it is neither dirty nor cached.
-
-        Writes walk one path at a time through here, so it avoids the reader machinery.
-        """
-        obj = self.dirty.get(blob_id)
-        if obj is None:
-            obj = self.source.lookup(blob_id)
-            if obj is None:
-                obj = self.source.fetch([blob_id])[blob_id]
-        return obj
 
     def run(self, readers: Sequence[Reader]) -> list[Any]:
         """Drive the readers in lockstep, one batched fetch per step; return their results."""
@@ -155,41 +125,3 @@ def _step(index, reader, answer, results, waiting) -> None:
             waiting.append((index, reader, requests))
             return
         answer = {}  # a reader that needs nothing this step is answered at once
-
-
-def _copy_node(node: Node, node_id: bytes, gen: int) -> Node:
-    copy = object.__new__(type(node))
-    for slot in type(node).__slots__:
-        value = getattr(node, slot)
-        setattr(copy, slot, value.copy() if isinstance(value, list) else value)
-    copy.id = node_id
-    copy.gen = gen
-    return copy
-
-
-def reachable_dirty(
-    workspace: Workspace, roots: Sequence[bytes | None], leaf_refs=None
-) -> list[Any]:
-    """Return the dirty objects reachable from ``roots``: exactly what a commit must write.
-
-    Dirty nodes that a later change replaced (or a savepoint rollback abandoned) are not
-    reachable and are simply dropped. ``leaf_refs(leaf)`` may name further blob ids a leaf
-    points to (records too large to live inline).
-    """
-    dirty = workspace.dirty
-    out: list[Any] = []
-    seen: set[bytes] = set()
-    stack = [r for r in roots if r is not None and r in dirty]
-    while stack:
-        blob_id = stack.pop()
-        if blob_id in seen:
-            continue
-        seen.add(blob_id)
-        obj = dirty[blob_id]
-        out.append(obj)
-        children = getattr(obj, "children", None)
-        if children is not None:
-            stack.extend(c for c in children if c in dirty)
-        elif leaf_refs is not None and getattr(obj, "is_leaf", False):
-            stack.extend(r for r in leaf_refs(obj) if r in dirty)
-    return out

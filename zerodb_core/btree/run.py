@@ -1,0 +1,473 @@
+"""Runs: immutable counted B+trees, built bottom-up once and only ever read.
+
+A log-structured tree (:mod:`zerodb_core.lsm`) is a stack of runs. A commit adds a small
+run holding what it changed; merges replace several runs by one. Runs are never changed
+in place, so they need no copy-on-write path: :func:`build_run` packs sorted entries into
+full leaves and builds the inner levels above them, and the readers here walk one run
+level by level, yielding the node ids they need next (see ``Workspace.run``).
+
+Ranges are half open, ``[lo, hi)`` on encoded keys, with ``lo=b""`` for "from the start"
+and ``hi=None`` for "to the end".
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+from zerodb_core.btree.node import (
+    ALL_PUT,
+    CHILD_OVERHEAD,
+    DELETE,
+    ENTRY_OVERHEAD,
+    NODE_OVERHEAD,
+    PUT,
+    Inner,
+    Leaf,
+    Node,
+)
+from zerodb_core.btree.workspace import Reader, new_id
+from zerodb_core.crypto.padding import padded_size
+from zerodb_core.encoding import key_after
+from zerodb_core.exceptions import IntegrityError, QueryError
+
+# Node budgets (estimated payload bytes), a little below a padding size class so a full
+# node lands in it (the estimate may miss a byte per entry with keys over 255 bytes).
+# Inner nodes and full-text postings are read a range at a time: big nodes mean few
+# round trips and headers. Records and ordered-index entries are
+# mostly read a few at a time (a page of rows, ``pk__in``, an equality): small leaves
+# keep the bytes read per row near the row's own size (docs/architecture.md).
+NODE_MAX_BYTES = 16 * 1024 - 256
+RECORD_LEAF_BYTES = 1024 - 24
+INDEX_LEAF_BYTES = 512 - 16
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSizes:
+    """The node budgets of one database (tests scale them down to get deep trees)."""
+
+    inner: int = NODE_MAX_BYTES
+    records: int = RECORD_LEAF_BYTES
+    index: int = INDEX_LEAF_BYTES
+    text: int = NODE_MAX_BYTES
+
+    @classmethod
+    def scaled(cls, node_bytes: int) -> NodeSizes:
+        """Budgets with no node above ``node_bytes``."""
+        return cls(
+            node_bytes,
+            min(RECORD_LEAF_BYTES, node_bytes),
+            min(INDEX_LEAF_BYTES, node_bytes),
+            node_bytes,
+        )
+
+
+# What a sealed blob adds to its padded payload (header, nonce, tag): steers merges only.
+BLOB_OVERHEAD = 66
+# Fence keys longer than this are kept as a bound (a prefix, or the key after one).
+MAX_FENCE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """What the root record keeps of a run.
+
+    ``count`` is the run's net change in live keys (PUT minus DELETE entries), ``dels``
+    its DELETE entries, ``plain`` whether every entry is a PUT (then positions inside
+    the run are positions among live keys). ``bytes`` is the sealed size of its nodes,
+    which the merge policy weighs. ``first`` and ``last`` bound its keys (inclusive;
+    None: unknown), so reads skip runs that cannot hold a key.
+    """
+
+    root: bytes
+    height: int
+    count: int
+    dels: int = 0
+    bytes: int = 0
+    first: bytes | None = None
+    last: bytes | None = None
+    plain: bool = True
+
+    def to_payload(self) -> list:
+        return [
+            self.root,
+            self.height,
+            self.count,
+            self.dels,
+            self.bytes,
+            self.first,
+            self.last,
+            self.plain,
+        ]
+
+    @classmethod
+    def from_payload(cls, payload: Any) -> RunRef:
+        """Check and unpack a run reference of the root record (fail closed)."""
+        try:
+            if len(payload) == 3:  # a format-1 tree: one run of PUT entries
+                root, height, count = payload
+                dels, size, first, last, plain = 0, count * 32, None, None, True
+            else:
+                root, height, count, dels, size, first, last, plain = payload
+        except (TypeError, ValueError):
+            raise IntegrityError("malformed run reference in root record") from None
+        if not (
+            type(root) is bytes
+            and len(root) == 16
+            and type(height) is int
+            and height > 0
+            and type(count) is int
+            and type(dels) is int
+            and dels >= 0
+            and count + dels >= 0
+            and type(size) is int
+            and size >= 0
+            and (first is None or type(first) is bytes)
+            and (last is None or type(last) is bytes)
+            and type(plain) is bool
+            and (not plain or dels == 0)
+        ):
+            raise IntegrityError("malformed run reference in root record")
+        return cls(root, height, count, dels, size, first, last, plain)
+
+    def may_hold(self, key: bytes) -> bool:
+        """Whether ``key`` can be in this run, by its fence keys alone (no I/O)."""
+        return (self.first is None or key >= self.first) and (self.last is None or key <= self.last)
+
+    def overlaps(self, lo: bytes, hi: bytes | None) -> bool:
+        """Whether this run can hold keys of ``[lo, hi)``, by its fence keys alone."""
+        return (self.last is None or self.last >= lo) and (
+            hi is None or self.first is None or self.first < hi
+        )
+
+
+# -- building --------------------------------------------------------------------------
+
+
+def build_run(
+    keys: list[bytes],
+    values: list[bytes],
+    tags: bytes,
+    *,
+    leaf_bytes: int,
+    inner_bytes: int,
+) -> tuple[RunRef, list[Node]]:
+    """Pack sorted, distinct ``keys`` with their ``values`` and ``tags`` (``ALL_PUT``, or
+    one byte per entry) into a run; return its reference and its new nodes.
+
+    Leaves are filled up to ``leaf_bytes`` of estimated payload (at least one entry
+    each) and inner nodes up to ``inner_bytes``, so a run has the fewest nodes its sizes
+    allow and a full node pads into the size class those budgets aim at.
+    """
+    if not keys:
+        raise QueryError("a run holds at least one entry")
+    tagged = bool(tags) and any(tags)
+    if not tagged:
+        tags = ALL_PUT
+    per_entry = ENTRY_OVERHEAD + (1 if tagged else 0)
+    ends = _chunk_ends(
+        [len(k) + len(v) + per_entry for k, v in zip(keys, values)], leaf_bytes - NODE_OVERHEAD
+    )
+    nodes: list[Node] = []
+    level: list[tuple[bytes, bytes, int, int, int]] = []  # (first key, id, net, dels, size)
+    start = 0
+    total_bytes = 0
+    for end in ends:
+        leaf_tags = tags[start:end] if tagged else ALL_PUT
+        dels = leaf_tags.count(DELETE) if tagged else 0
+        puts = leaf_tags.count(PUT) if tagged else end - start
+        leaf = Leaf(new_id(), keys[start:end], values[start:end], bytes(leaf_tags))
+        nodes.append(leaf)
+        size = _estimate_leaf(leaf, per_entry)
+        total_bytes += padded_size(size) + BLOB_OVERHEAD
+        level.append((keys[start], leaf.id, puts - dels, dels, size))
+        start = end
+    height = 1
+    while len(level) > 1:
+        ends = _chunk_ends(
+            [len(first) + CHILD_OVERHEAD for first, *_ in level], inner_bytes - NODE_OVERHEAD
+        )
+        above = []
+        start = 0
+        for end in ends:
+            part = level[start:end]
+            node = Inner(
+                new_id(),
+                [p[0] for p in part],
+                [p[1] for p in part],
+                [p[2] for p in part],
+                [p[3] for p in part] if tagged else None,
+            )
+            nodes.append(node)
+            size = NODE_OVERHEAD + sum(len(p[0]) + CHILD_OVERHEAD for p in part)
+            total_bytes += padded_size(size) + BLOB_OVERHEAD
+            above.append((part[0][0], node.id, sum(p[2] for p in part), sum(p[3] for p in part), 0))
+            start = end
+        level = above
+        height += 1
+    _, root, count, dels, _ = level[0]
+    ref = RunRef(
+        root,
+        height,
+        count,
+        dels,
+        total_bytes,
+        _lower_fence(keys[0]),
+        _upper_fence(keys[-1]),
+        not tagged,
+    )
+    return ref, nodes
+
+
+def _chunk_ends(sizes: list[int], budget: int) -> list[int]:
+    """Cut a sequence of item sizes into consecutive chunks of at most ``budget`` bytes
+    (at least one item each); return each chunk's end. One bisect per chunk."""
+    cumulative = list(accumulate(sizes))
+    n = len(cumulative)
+    ends = []
+    start = 0
+    base = 0
+    while start < n:
+        end = bisect_right(cumulative, base + budget, start)
+        if end == start:
+            end = start + 1
+        ends.append(end)
+        base = cumulative[end - 1]
+        start = end
+    return ends
+
+
+def _estimate_leaf(leaf: Leaf, per_entry: int) -> int:
+    keys, values = leaf.keys, leaf.values
+    return NODE_OVERHEAD + len(b"".join(keys)) + len(b"".join(values)) + per_entry * len(keys)
+
+
+def _lower_fence(key: bytes) -> bytes:
+    return key[:MAX_FENCE]
+
+
+def _upper_fence(key: bytes) -> bytes | None:
+    if len(key) <= MAX_FENCE:
+        return key
+    try:
+        return key_after(key[:MAX_FENCE])
+    except QueryError:  # a prefix of 0xFF bytes has no successor: no bound
+        return None
+
+
+# -- reading (generators for Workspace.run) ----------------------------------------------
+
+
+class Run:
+    """Readers of one run."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: RunRef) -> None:
+        self.ref = ref
+
+    def get_many_reader(self, keys: list[bytes]) -> Reader:
+        """Return ``{key: (tag, value)}`` for the keys this run holds an entry for;
+        ``keys`` sorted and distinct. One fetch per level for all keys."""
+        found: dict[bytes, tuple[int, bytes]] = {}
+        if not keys:
+            return found
+        frontier = [(self.ref.root, keys)]
+        while frontier:
+            nodes = yield [node_id for node_id, _ in frontier]
+            deeper = []
+            for node_id, wanted in frontier:
+                node = nodes[node_id]
+                seps = node.keys
+                if node.is_leaf:
+                    # Only the wanted keys within the leaf's first and last key.
+                    lo = bisect_left(wanted, seps[0])
+                    tags, values = node.tags, node.values
+                    for key in wanted[lo : bisect_right(wanted, seps[-1], lo)]:
+                        i = bisect_left(seps, key)
+                        if seps[i] == key:
+                            found[key] = (tags[i] if tags else PUT, values[i])
+                    continue
+                # Each child takes the run of wanted keys below its right neighbour's
+                # separator: a bisect per child reached, not per key.
+                start, stop = 0, len(wanted)
+                while start < stop:
+                    i = bisect_right(seps, wanted[start]) - 1
+                    if i < 0:
+                        i = 0
+                    end = stop if i + 1 == len(seps) else bisect_left(wanted, seps[i + 1], start)
+                    deeper.append((node.children[i], wanted[start:end]))
+                    start = end
+            frontier = deeper
+        return found
+
+    def entries_reader(self, lo: bytes = b"", hi: bytes | None = None) -> Reader:
+        """Return every entry of ``[lo, hi)`` as parallel lists ``(keys, tags, values)``
+        in key order, tags one byte per entry."""
+        items = yield from self._descend(lo, hi, 0, None, False, exact=True)
+        keys: list[bytes] = []
+        tags = bytearray()
+        values: list[bytes] = []
+        for item in items or ():
+            leaf = item[1]
+            a, b = _leaf_span(leaf, lo, hi)
+            keys += leaf.keys[a:b]
+            values += leaf.values[a:b]
+            if leaf.tags:
+                tags += leaf.tags[a:b]
+            else:
+                tags += bytes(b - a)
+        return keys, bytes(tags), values
+
+    def scan_reader(
+        self,
+        lo: bytes = b"",
+        hi: bytes | None = None,
+        *,
+        skip: int = 0,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> Reader:
+        """Return ``[(key, value)]`` of ``[lo, hi)`` in key order (or reversed), after
+        skipping ``skip`` entries and taking at most ``limit``; a plain run only (its
+        positions are positions among live keys).
+
+        Subtrees entirely inside the range and entirely outside the wanted window are
+        never fetched: their counts stand in for them, so a deep offset costs one path.
+        """
+        if not self.ref.plain:
+            raise QueryError("a positional scan needs a run of PUT entries")
+        end = None if limit is None else skip + limit
+        items = yield from self._descend(lo, hi, skip, end, reverse, exact=True)
+        if items is None:
+            return []
+        out: list[tuple[bytes, bytes]] = []
+        pos = 0
+        for item in items:
+            if item[0] == "gap":
+                pos += item[1]
+                continue
+            leaf = item[1]
+            a, b = _leaf_span(leaf, lo, hi)
+            n = b - a
+            if pos + n <= skip:
+                pos += n
+                continue
+            first = max(skip - pos, 0)
+            take = n - first if end is None else min(n - first, end - skip - len(out))
+            if reverse:
+                idx = range(b - 1 - first, b - 1 - first - take, -1)
+            else:
+                idx = range(a + first, a + first + take)
+            keys, values = leaf.keys, leaf.values
+            out.extend((keys[k], values[k]) for k in idx)
+            pos += n
+            if end is not None and len(out) >= end - skip:
+                break
+        return out
+
+    def count_reader(self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True):
+        """Return the net count (PUT minus DELETE entries) of ``[lo, hi)``.
+
+        Exact: the two edge paths only. Not exact (an estimate for the planner): stops above
+        the leaves and counts half of each edge leaf, so a warm cache answers with no I/O.
+        """
+        items = yield from self._descend(lo, hi, 0, None, False, exact=exact, count_only=True)
+        total = 0
+        for item in items or ():
+            if item[0] == "gap":
+                total += item[1]
+                continue
+            leaf = item[1]
+            a, b = _leaf_span(leaf, lo, hi)
+            if leaf.tags:
+                part = leaf.tags[a:b]
+                total += part.count(PUT) - part.count(DELETE)
+            else:
+                total += b - a
+        return total
+
+    def node_ids_reader(self) -> Reader:
+        """Return the id of every node of the run (only inner nodes are read: they name
+        their children)."""
+        ref = self.ref
+        ids = [ref.root]
+        level = [ref.root]
+        for _ in range(ref.height - 1):
+            nodes = yield level
+            level = [child for node_id in level for child in nodes[node_id].children]
+            ids += level
+        return ids
+
+    def _descend(self, lo, hi, skip, end, reverse, *, exact, count_only=False):
+        """Walk down level by level, keeping only the nodes the window may need.
+
+        Yields lists of node ids; returns the leaf level as items ``("leaf", node)`` and
+        ``("gap", net count)`` in scan order, or None for an empty range. Windows
+        (``skip``, ``end``) are positions among the run's entries, so they are only
+        asked of plain runs.
+        """
+        ref = self.ref
+        if hi is not None and hi <= lo:
+            return None
+        # Windowed: only a window of positions is wanted (else every node in the range).
+        windowed = skip > 0 or end is not None
+        # ("node", id, lower bound, upper bound) | ("gap", net count)
+        items: list[tuple] = [("node", ref.root, b"", None)]
+        depth = 0
+        while True:
+            ids = [item[1] for item in items if item[0] == "node"]
+            nodes = yield ids
+            if depth == ref.height - 1:
+                return [(item[0], nodes[item[1]]) if item[0] == "node" else item for item in items]
+            last_inner = depth == ref.height - 2
+            depth += 1
+            new: list[tuple] = []
+            before_min = before_max = 0
+            for item in items:
+                if item[0] == "gap":
+                    new.append(item)
+                    before_min += item[1]
+                    before_max += item[1]
+                    continue
+                node = nodes[item[1]]
+                for c_lo, c_hi, child, count in _children(node, item[2], item[3], reverse):
+                    if (c_hi is not None and c_hi <= lo) or (hi is not None and c_lo >= hi):
+                        continue
+                    full = c_lo >= lo and (hi is None or (c_hi is not None and c_hi <= hi))
+                    if full:
+                        wanted = not count_only and (
+                            not windowed
+                            or (before_max + count > skip and (end is None or before_min < end))
+                        )
+                        new.append(("node", child, c_lo, c_hi) if wanted else ("gap", count))
+                        before_min += count
+                    elif not exact and last_inner:
+                        new.append(("gap", count // 2))
+                    elif count_only or end is None or before_min < end:
+                        new.append(("node", child, c_lo, c_hi))
+                    before_max += count
+            items = new
+            if not exact and last_inner:
+                return items
+
+
+def _children(node: Inner, lo: bytes, hi: bytes | None, reverse: bool):
+    """Yield ``(lower, upper, child id, net count)`` of each child, in scan order."""
+    keys, children, counts = node.keys, node.children, node.counts
+    n = len(children)
+    order = range(n - 1, -1, -1) if reverse else range(n)
+    for i in order:
+        yield (
+            keys[i] if i else lo,
+            keys[i + 1] if i + 1 < n else hi,
+            children[i],
+            counts[i],
+        )
+
+
+def _leaf_span(leaf: Leaf, lo: bytes, hi: bytes | None) -> tuple[int, int]:
+    keys = leaf.keys
+    return bisect_left(keys, lo), len(keys) if hi is None else bisect_left(keys, hi)

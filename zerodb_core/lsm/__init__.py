@@ -1,0 +1,7 @@
+"""Log-structured trees: runs of exact changes, merged by size, read as one tree."""
+
+from zerodb_core.lsm.merge import MERGE_FACTOR, merge_reader, merge_windows
+from zerodb_core.lsm.pending import Changes, Pending
+from zerodb_core.lsm.tree import LogTree
+
+__all__ = ["MERGE_FACTOR", "Changes", "LogTree", "Pending", "merge_reader", "merge_windows"]

@@ -1,0 +1,181 @@
+"""What one transaction changed in its trees, before the commit turns it into runs.
+
+Changes are kept *exact* relative to the snapshot the transaction reads: a key that was
+absent is a ``PUT``, a present key given a new value a ``REPLACE``, a present key removed
+a ``DELETE``. Writers know which (they read the old record before changing it), and the
+rules below keep it so when one transaction touches a key several times: a ``PUT`` then a
+``DELETE`` leave nothing, a ``DELETE`` then a ``PUT`` are a ``REPLACE``. Because every
+entry changes the live count by exactly +1, 0 or -1, counts stay exact without reading
+what lies below.
+
+Savepoints are an undo log (:class:`Changes`): each change records what it overwrote
+while a savepoint may need it, so taking a savepoint costs nothing and rolling back costs
+what was done since.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import repeat
+
+from zerodb_core.btree.node import DELETE, PUT, REPLACE
+from zerodb_core.exceptions import QueryError
+
+
+class Pending:
+    """The exact changes of one transaction to one tree: ``key -> (tag, value)``."""
+
+    __slots__ = ("_added", "_sorted", "entries", "undo")
+
+    def __init__(self, undo: list | None) -> None:
+        self.entries: dict[bytes, tuple[int, bytes]] = {}
+        # Sorted keys, kept lazily: a bulk load adds many keys between two reads.
+        self._sorted: list[bytes] | None = []
+        self._added: list[bytes] = []
+        # The transaction's undo log while a savepoint may roll back (else None).
+        self.undo = undo
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: bytes) -> tuple[int, bytes] | None:
+        return self.entries.get(key)
+
+    # -- writes ---------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, live: bool) -> None:
+        """Set ``key`` to ``value``; ``live``: whether the key is live in the snapshot
+        (only asked when this transaction has not touched the key yet)."""
+        prior = self.entries.get(key)
+        if prior is not None:  # what the snapshot holds is known from the prior change
+            live = prior[0] != PUT
+        tag = REPLACE if live else PUT
+        self._set(key, prior, (tag, value))
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key``, which must be live (in the snapshot or through this
+        transaction)."""
+        prior = self.entries.get(key)
+        if prior is None:
+            self._set(key, None, (DELETE, b""))
+        elif prior[0] == PUT:
+            self._set(key, prior, None)
+        elif prior[0] == REPLACE:
+            self._set(key, prior, (DELETE, b""))
+        else:
+            raise QueryError("a key was deleted twice in one transaction")
+
+    def put_new(self, keys: list[bytes], values: list[bytes]) -> None:
+        """Add keys absent from the snapshot (a bulk insert), sorted or not."""
+        entries = self.entries
+        if entries and not entries.keys().isdisjoint(keys):
+            for key, value in zip(keys, values):
+                self.put(key, value, False)
+            return
+        if self.undo is not None:
+            self.undo.extend(zip(repeat(self), keys, repeat(None)))
+        entries.update(zip(keys, zip(repeat(PUT), values)))
+        if self._sorted is not None:
+            self._added += keys
+
+    def _set(self, key: bytes, prior, new) -> None:
+        if self.undo is not None:
+            self.undo.append((self, key, prior))
+        self.restore(key, new)
+
+    def restore(self, key: bytes, entry) -> None:
+        """Set ``key``'s entry (None: no entry), keeping the sorted view right."""
+        if entry is None:
+            if self.entries.pop(key, None) is not None:
+                self._sorted = None
+            return
+        if key not in self.entries and self._sorted is not None:
+            self._added.append(key)
+        self.entries[key] = entry
+
+    # -- reads ----------------------------------------------------------------------
+
+    def sorted_keys(self) -> list[bytes]:
+        """Every key with an entry, in order."""
+        if self._sorted is None:
+            self._sorted = sorted(self.entries)
+            self._added = []
+        elif self._added:
+            added = self._added
+            self._added = []
+            if len(added) < 16:
+                for key in added:
+                    keys = self._sorted
+                    keys.insert(bisect_left(keys, key), key)
+            else:
+                self._sorted += sorted(added)
+                self._sorted.sort()  # two sorted runs: one merge in C
+        return self._sorted
+
+    def span(self, lo: bytes, hi: bytes | None) -> tuple[list[bytes], int, int]:
+        """The sorted keys and the index range of those in ``[lo, hi)``."""
+        keys = self.sorted_keys()
+        a = bisect_left(keys, lo) if lo else 0
+        b = len(keys) if hi is None else bisect_left(keys, hi, a)
+        return keys, a, b
+
+    def net(self, lo: bytes = b"", hi: bytes | None = None) -> int:
+        """The change in live keys within ``[lo, hi)``."""
+        keys, a, b = self.span(lo, hi)
+        entries = self.entries
+        if a == 0 and b == len(keys):
+            tags = [tag for tag, _ in entries.values()]
+        else:
+            tags = [entries[key][0] for key in keys[a:b]]
+        return tags.count(PUT) - tags.count(DELETE)
+
+
+class Changes:
+    """A transaction's pending changes, by tree, and the undo log of its savepoints."""
+
+    __slots__ = ("trees", "undo")
+
+    def __init__(self) -> None:
+        self.trees: dict[str, Pending] = {}
+        self.undo: list | None = None
+
+    def get(self, name: str) -> Pending | None:
+        return self.trees.get(name)
+
+    def writable(self, name: str) -> Pending:
+        pending = self.trees.get(name)
+        if pending is None:
+            pending = self.trees[name] = Pending(self.undo)
+            if self.undo is not None:
+                self.undo.append((self, name, None))
+        return pending
+
+    def drop(self, name: str) -> None:
+        """Forget the changes of a tree that is dropped as a whole."""
+        pending = self.trees.pop(name, None)
+        if pending is not None and self.undo is not None:
+            self.undo.append((self, name, pending))
+
+    def restore(self, name: str, pending: Pending | None) -> None:
+        if pending is None:
+            self.trees.pop(name, None)
+        else:
+            self.trees[name] = pending
+
+    # -- savepoints -----------------------------------------------------------------
+
+    def mark(self) -> int:
+        """Start logging what changes overwrite; return a marker for ``rollback_to``."""
+        if self.undo is None:
+            self.undo = []
+            for pending in self.trees.values():
+                pending.undo = self.undo
+        return len(self.undo)
+
+    def rollback_to(self, marker: int) -> None:
+        """Undo every change made since ``marker``, newest first."""
+        undo = self.undo
+        assert undo is not None
+        while len(undo) > marker:
+            owner, key, prior = undo.pop()
+            owner.restore(key, prior)
