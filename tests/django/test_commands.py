@@ -109,14 +109,14 @@ class _Commit(WriteOp):
 
 
 def corrupt_salary_index(alias: str) -> int:
-    """Write a wrong entry into Employee's salary index through the engine's BTree API:
+    """Write a wrong entry into Employee's salary index through the engine's tree API:
     an entry for an existing record with a value the record does not have."""
     engine = connections[alias].session.engine
     pk = Employee.objects.using(alias).order_by("pk").values_list("pk", flat=True)[0]
     with engine.transaction() as txn:
         spec = txn.catalog.get(Employee._meta.db_table)
         tree = txn.tree(spec.index_tree(spec.indexes["f:salary"]))
-        tree.put(encode_key(123_456_789) + encode_key(pk), pack(pk))
+        tree.put(encode_key(123_456_789) + encode_key(pk), pack(pk), False)
         txn.apply(_Commit())
     return pk
 
@@ -223,7 +223,9 @@ def test_reindex_refuses_a_unique_duplicate_and_changes_nothing(zalias):
         records = txn.tree(spec.record_tree)
         fields = txn.table(spec.name).get(second.pk)
         records.put(
-            encode_key(second.pk), b"\x00" + pack([second.pk, {**fields, "email": first.email}])
+            encode_key(second.pk),
+            b"\x00" + pack([second.pk, {**fields, "email": first.email}]),
+            True,
         )
         txn.apply(_Commit())
     out = StringIO()

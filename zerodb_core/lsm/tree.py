@@ -158,9 +158,12 @@ class LogTree:
             merged.update((key, entries[key]) for key in keys[a:b])
         return [(key, merged[key][1]) for key in sorted(merged) if merged[key][0] != DELETE]
 
-    def paths_reader(self, keys: list[bytes]) -> Reader:
-        """Read what a later ``get_many_reader`` of ``keys`` needs, returning nothing."""
-        yield from self.get_many_reader(keys)
+    def prefetch_reader(self) -> Reader:
+        """Read the root node of every run (returning nothing): a query that will read
+        this tree after another one reads them in the other's first round trip."""
+        roots = [run.root for run in self.runs]
+        if roots:
+            yield roots
         return None
 
 

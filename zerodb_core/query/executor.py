@@ -102,18 +102,22 @@ class Executor:
         if isinstance(plan.source, IndexScan):
             tree = self.view.tree(plan.source.tree)
             return sum(self.view.run([tree.count_reader(lo, hi) for lo, hi in plan.source.ranges]))
-        return len(self.primary_keys(plan.source)[0])
+        return len(self.primary_keys(plan.source, records=False)[0])
 
     # -- candidates ----------------------------------------------------------------------
 
-    def primary_keys(self, source: Source) -> tuple[list[Any], dict[Any, float] | None]:
+    def primary_keys(
+        self, source: Source, *, records: bool = True
+    ) -> tuple[list[Any], dict[Any, float] | None]:
         """Materialise a source: its primary keys in source order, and BM25 scores if a
-        text scan takes part."""
+        text scan takes part. ``records``: the records will be read next."""
         leaves: list[IndexScan | TextScan | None] = []
         _collect(source, leaves)
         if _needs_all(source):
             leaves.append(ALL_KEYS)  # every primary key, for complements
         readers = [self._scan_reader(leaf) for leaf in leaves]
+        if records:
+            readers.append(self.table.records.prefetch_reader())
         results = dict(zip(map(id, leaves), self.view.run(readers)))
         return self._combine(source, results)
 
@@ -205,17 +209,20 @@ class Executor:
         """Primary keys ``[skip:skip+limit]`` of an index scan, read from the index alone.
 
         One range: a single windowed descent. Several: count each range first, then read
-        only the ranges the window falls in.
+        only the ranges the window falls in. The record tree's top is read on the way,
+        since the records of the window are read next.
         """
         tree = self.view.tree(scan.tree)
         ranges = list(reversed(scan.ranges)) if reverse else scan.ranges
+        prefetch = self.table.records.prefetch_reader()
         if len(ranges) == 1:
             lo, hi = ranges[0]
             entries = self.view.run(
-                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse)]
+                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse), prefetch]
             )[0]
             return [unpack(v) for _, v in entries]
-        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges])
+        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges] + [prefetch])
+        counts.pop()
         readers = []
         remaining = limit
         for (lo, hi), count in zip(ranges, counts):
