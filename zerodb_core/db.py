@@ -34,7 +34,7 @@ from zerodb_core.exceptions import (
     UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
-from zerodb_core.lsm import MERGE_FACTOR, merge_reader, merge_windows
+from zerodb_core.lsm import MERGE_FACTOR, merge_postings_reader, merge_reader, merge_windows
 from zerodb_core.models import Model
 from zerodb_core.records import RecordBlob
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
@@ -479,8 +479,11 @@ class DB:
         """Merge each ``(tree, neighbouring runs, whether the oldest is among them)``
         into one run, in one commit."""
         txn = Transaction(self.source, state, sizes=self.sizes)
-        results = txn.run([merge_reader(runs, bottom) for _, runs, bottom in jobs])
-        for (name, runs, _), (keys, values, tags, garbage) in zip(jobs, results):
+        readers = [
+            (merge_postings_reader if txn.is_text(name) else merge_reader)(runs, bottom)
+            for name, runs, bottom in jobs
+        ]
+        for (name, runs, _), (keys, values, tags, garbage) in zip(jobs, txn.run(readers)):
             output, nodes = None, []
             if keys:
                 output, nodes = build_run(
@@ -489,6 +492,7 @@ class DB:
                     tags,
                     leaf_bytes=txn.leaf_bytes(name),
                     inner_bytes=self.sizes.inner,
+                    postings=txn.is_text(name),
                 )
             inputs = tuple(run.root for run in runs)
             txn.apply(MergeRuns(name, inputs, output, tuple(nodes), tuple(garbage)))

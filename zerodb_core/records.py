@@ -64,8 +64,9 @@ def spilled_value_ids(values: Iterable[bytes]) -> list[bytes]:
     return [v[1:] for v in values if v[:1] == SPILLED and len(v) == 17]
 
 
-def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dict[bytes, bytes]:
-    """Return the ``{key: value}`` entries ``index`` keeps for one record."""
+def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dict[bytes, Any]:
+    """Return the ``{key: value}`` entries ``index`` keeps for one record (values are
+    bytes, or postings for a full-text index)."""
     if index.kind == TEXT:
         return text_entries(index, pk, pk_key, fields)[0]
     key, with_pk = _field_key(index, fields)
@@ -88,38 +89,27 @@ def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
 
 def text_entries(
     index: IndexSpec, pk: Any, pk_key: bytes, fields: dict | None
-) -> tuple[dict[bytes, bytes], int]:
+) -> tuple[dict[bytes, tuple], int]:
     """Return the postings of one document and its length in tokens (for BM25).
 
-    A posting is ``(term, pk) -> [pk, term frequency, document length, positions]``:
-    everything ranking and phrase matching need, without reading the record.
+    A posting is ``term key + pk key -> (term key, pk, document length, positions)``:
+    everything ranking and phrase matching need, without reading the record (the index
+    stores them in blocks, :mod:`zerodb_core.btree.blocks`).
     """
     text = fields.get(index.fields[0]) if fields is not None else None
     if not isinstance(text, str):
         return {}, 0
     tokens = tokenize(text)
-    postings = _postings(tokens, pk, pack(pk))
-    return {_term_key(term) + pk_key: value for term, value in postings}, len(tokens)
+    n = len(tokens)
+    postings = {}
+    for term, where in term_positions(tokens).items():
+        term_key = _term_key(term)
+        postings[term_key + pk_key] = (term_key, pk, n, where)
+    return postings, n
 
 
-# The msgpack of 0..127 (positive fixints), one byte each.
-_FIXINT = [bytes([i]) for i in range(128)]
-
-
-def _postings(tokens: list[str], pk: Any, packed_pk: bytes) -> Iterable[tuple[str, bytes]]:
-    """Return ``(term, posting value)`` of each distinct term of a document's tokens.
-
-    ``packed_pk`` is ``pack(pk)``. In a document under 128 tokens every number of a
-    posting is under 128, a msgpack fixint: the value is then written here directly, byte
-    for byte what ``pack([pk, tf, doc_len, positions])`` writes (the tests compare).
-    """
-    doc_len = len(tokens)
-    if doc_len < 128:
-        # fixarray of 4: pk, tf, doc_len, positions (a fixarray while tf < 16)
-        head = b"\x94" + packed_pk
-        once = head + bytes((1, doc_len, 0x91))
-        if len(set(tokens)) == doc_len:  # no term twice: position p is once + fixint p
-            return zip(tokens, map(once.__add__, _FIXINT[:doc_len]))
+def term_positions(tokens: list[str]) -> dict[str, list[int]]:
+    """Each distinct term of a document's tokens with its positions, in first-seen order."""
     positions: dict[str, list[int]] = {}
     for position, term in enumerate(tokens):
         where = positions.get(term)
@@ -127,19 +117,7 @@ def _postings(tokens: list[str], pk: Any, packed_pk: bytes) -> Iterable[tuple[st
             positions[term] = [position]
         else:
             where.append(position)
-    if doc_len >= 128:
-        return [(term, pack([pk, len(where), doc_len, where])) for term, where in positions.items()]
-    fixint = _FIXINT
-    postings = []
-    for term, where in positions.items():
-        tf = len(where)
-        if tf == 1:
-            postings.append((term, once + fixint[where[0]]))
-        elif tf < 16:
-            postings.append((term, head + bytes((tf, doc_len, 0x90 + tf, *where))))
-        else:
-            postings.append((term, pack([pk, tf, doc_len, where])))
-    return postings
+    return positions
 
 
 @functools.lru_cache(maxsize=65536)
@@ -186,7 +164,7 @@ class _IndexChanges:
         self.field = index.fields[0]
         # An ordered index on one field whose keys all end with the pk.
         self.one_field = index.kind == FIELD and len(index.fields) == 1
-        self.removed: list[bytes] = []
+        self.removed: list[tuple[bytes, Any]] = []
         # Entries of updated records whose key stays and whose value changes.
         self.replaced: list[tuple[bytes, bytes]] = []
         self.groups: dict[Any, tuple[bytes, list[bytes], list[bytes]]] = {}
@@ -349,14 +327,16 @@ class Table:
                     text = fields.get(field)
                     if isinstance(text, str):
                         tokens = tokenize(text)
+                        n = len(tokens)
                         change.docs += 1
-                        change.tokens += len(tokens)
-                        for term, value in _postings(tokens, pk, packed_pk):
+                        change.tokens += n
+                        for term, where in term_positions(tokens).items():
                             group = groups.get(term)
                             if group is None:
                                 groups[term] = group = (_term_key(term), [], [])
-                            group[1].append(group[0] + pk_key)
-                            group[2].append(value)
+                            term_key = group[0]
+                            group[1].append(term_key + pk_key)
+                            group[2].append((term_key, pk, n, where))
                 else:
                     prefix, with_pk = _field_key(change.index, fields)
                     key = prefix + pk_key if with_pk else prefix
@@ -393,8 +373,11 @@ class Table:
         self.records.put_new(new_keys, new_values)
         for change in changes:
             tree = self.index_tree(change.index)
-            for key in change.removed:
-                tree.delete(key)
+            for key, value in change.removed:
+                if change.kind == TEXT:
+                    tree.delete(key, value)
+                else:
+                    tree.delete(key)
             for key, value in change.replaced:
                 tree.put(key, value, True)
             tree.put_new(*change.entries(in_order))
@@ -435,7 +418,7 @@ class Table:
         else:
             new = index_entries(index, pk, pk_key, fields)
             before = index_entries(index, pk, pk_key, old)
-        change.removed.extend(k for k in before if k not in new)
+        change.removed.extend((k, v) for k, v in before.items() if k not in new)
         for key, value in new.items():
             kept = before.get(key)
             if kept is None:
@@ -456,13 +439,16 @@ class Table:
             self.view.retire_blob(value[1:])
         for index in self.spec.indexes.values():
             tree = self.index_tree(index)
-            for key in index_entries(index, pk, pk_key, old):
-                tree.delete(key)
             if index.kind == TEXT:
-                length = text_entries(index, pk, pk_key, old)[1]
+                postings, length = text_entries(index, pk, pk_key, old)
+                for key, value in postings.items():
+                    tree.delete(key, value)
                 self.view.add_text_stats(
                     self.spec.index_tree(index), -_has_text(index, old), -length
                 )
+            else:
+                for key in index_entries(index, pk, pk_key, old):
+                    tree.delete(key)
         return old
 
     def build_index(self, index: IndexSpec) -> int:

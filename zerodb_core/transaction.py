@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run, new_id
 from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
-from zerodb_core.lsm import Changes, LogTree
+from zerodb_core.lsm import Changes, LogTree, TextTree
 from zerodb_core.records import Table, spilled_value_ids
 from zerodb_core.rootstate import RootState
 from zerodb_core.schema import TEXT, ModelSpec
@@ -42,18 +42,26 @@ class View:
         # Nodes of runs that merges built, written at commit.
         self.merged: list = []
 
-    def tree(self, name: str) -> LogTree:
+    def tree(self, name: str) -> Any:
+        """The tree ``name`` (a :class:`LogTree`, or a :class:`TextTree` for a full-text
+        index)."""
+        if self.is_text(name):
+            return TextTree(self, name, self.sizes.text)
         return LogTree(self, name, self.leaf_bytes(name))
+
+    def is_text(self, name: str) -> bool:
+        """Whether the tree ``name`` is a full-text index (blocks of postings)."""
+        if name.startswith("r/"):
+            return False
+        model, _, index = name[2:].rpartition("/")
+        spec = self.catalog.get(model)
+        return spec is not None and index in spec.indexes and spec.indexes[index].kind == TEXT
 
     def leaf_bytes(self, name: str) -> int:
         """The leaf budget of a tree, by what it holds (records, postings, index keys)."""
         if name.startswith("r/"):
             return self.sizes.records
-        model, _, index = name[2:].rpartition("/")
-        spec = self.catalog.get(model)
-        if spec is not None and index in spec.indexes and spec.indexes[index].kind == TEXT:
-            return self.sizes.text
-        return self.sizes.index
+        return self.sizes.text if self.is_text(name) else self.sizes.index
 
     def run(self, readers: list[Reader]) -> list[Any]:
         """Run read coroutines in lockstep: one batched fetch per step."""
@@ -325,16 +333,22 @@ class Transaction(View):
         for name, pending in self.changes.trees.items():
             if not pending:
                 continue
-            keys = pending.sorted_keys()
-            entries = pending.entries
-            values = [entries[key][1] for key in keys]
-            tags = bytes(entries[key][0] for key in keys)
+            postings = self.is_text(name)
+            if postings:
+                keys, values = TextTree(self, name, self.sizes.text).pending_blocks()
+                tags = b""
+            else:
+                keys = pending.sorted_keys()
+                entries = pending.entries
+                values = [entries[key][1] for key in keys]
+                tags = bytes(entries[key][0] for key in keys)
             run, nodes = build_run(
                 keys,
                 values,
                 tags,
                 leaf_bytes=self.leaf_bytes(name),
                 inner_bytes=self.sizes.inner,
+                postings=postings,
             )
             trees[name] = (run, *trees.get(name, ()))
             objects += nodes

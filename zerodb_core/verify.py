@@ -37,7 +37,8 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.blobsource import BlobSource
-from zerodb_core.btree import DELETE, PUT, REPLACE, BlobRequest, RunRef
+from zerodb_core.btree import PUT, REPLACE, BlobRequest, RunRef
+from zerodb_core.btree.blocks import TAGS, TERM_LEN, block_postings, make_block
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, digest
 from zerodb_core.encoding import encode_key
@@ -244,7 +245,7 @@ class _Checker:
     ) -> None:
         tree = spec.index_tree(index)
         where = f"index {spec.name}.{index.name}"
-        actual = dict(self.walk(tree))
+        actual = dict(self.walk(tree, postings=index.kind == TEXT))
         self.report.index_entries += len(actual)
         expected: dict[bytes, bytes] = {}
         owner: dict[bytes, Any] = {}
@@ -302,18 +303,23 @@ class _Checker:
 
     # -- trees -------------------------------------------------------------------------
 
-    def walk(self, name: str) -> list[tuple[bytes, bytes]]:
+    def walk(self, name: str, *, postings: bool = False) -> list[tuple[bytes, Any]]:
         """Check every run of a tree and return its live entries in key order: each
-        key's newest entry, the runs applied oldest first."""
+        key's newest entry, the runs applied oldest first. ``postings``: a full-text
+        index, whose entries are blocks; its postings are returned, keyed by term key
+        and pk key."""
         self.report.trees += 1
         runs = self.state.trees.get(name, ())
-        live: dict[bytes, bytes] = {}
+        live: dict[bytes, Any] = {}
         for age, run in enumerate(reversed(runs)):
             where = f"{name} run {run.root.hex()}"
             if age == 0 and not run.plain:
                 self.problem(where, "the oldest run of a tree holds more than puts")
             disagreements = 0
-            for key, tag, value in self.walk_run(where, run):
+            entries = self.walk_run(where, run)
+            if postings:
+                entries = self.unblock(where, entries)
+            for key, tag, value in entries:
                 if tag == PUT:
                     disagreements += key in live
                     live[key] = value
@@ -369,10 +375,9 @@ class _Checker:
                     ):
                         self.problem(where, "keys lie outside the range its parent gives it")
                     if leaves:
-                        tags = node.tags or bytes(len(keys))
-                        counts = (tags.count(PUT) - tags.count(DELETE), tags.count(DELETE))
-                        entries.extend(zip(keys, tags, node.values))
-                        advance += len(keys)
+                        counts = (node.net(0, len(keys)), node.tombstones())
+                        entries.extend(zip(keys, node.tags or bytes(len(keys)), node.values))
+                        advance += counts[0] + 2 * counts[1]  # as the total counts
                     else:
                         dels = node.dels or [0] * len(node.counts)
                         counts = (sum(node.counts), sum(dels))
@@ -394,6 +399,30 @@ class _Checker:
         if entries and run.plain and any(tag != PUT for _, tag, _ in entries):
             self.problem(name, "the root record says the run holds only puts, but it does not")
         return entries
+
+    def unblock(self, where: str, blocks: list[tuple[bytes, int, Any]]) -> list[tuple]:
+        """The postings of a run's blocks, ``(term key + pk key, tag, posting)``, each
+        block checked against what its postings say (key, order, counts, bounds)."""
+        out: list[tuple[bytes, int, Any]] = []
+        for key, _, block in blocks:
+            term_len = block[TERM_LEN]
+            term_key = key[:term_len]
+            pks, tags, dls, positions = block_postings(block)
+            try:
+                pk_keys = [encode_key(pk) for pk in pks]
+            except QueryError:
+                self.problem(where, f"block {key.hex()} holds a primary key no key encodes")
+                continue
+            expected = make_block(term_len, pks, block[TAGS], dls, positions)
+            if (
+                key[term_len:] != pk_keys[0]
+                or any(a >= b for a, b in pairwise(pk_keys))
+                or expected[1:4] != block[1:4]
+            ):
+                self.problem(where, f"block {key.hex()} disagrees with its own postings")
+            for pk_key, pk, tag, dl, at in zip(pk_keys, pks, tags, dls, positions):
+                out.append((term_key + pk_key, tag, (term_key, pk, dl, at)))
+        return out
 
     def visit(self, name: str, node_id: bytes) -> bool:
         if node_id in self.seen:
@@ -423,14 +452,11 @@ class _Checker:
 _UNREADABLE = object()
 
 
-def _entry_pk(index: IndexSpec, value: bytes) -> Any:
+def _entry_pk(index: IndexSpec, value: Any) -> Any:
     """The primary key an index entry's value names (or ``_UNREADABLE``)."""
+    if index.kind == TEXT:
+        return value[1]  # a posting: (term key, pk, document length, positions)
     try:
-        decoded = unpack(value)
+        return unpack(value)
     except IntegrityError:
         return _UNREADABLE
-    if index.kind == TEXT:
-        if not (isinstance(decoded, list) and decoded):
-            return _UNREADABLE
-        return decoded[0]
-    return decoded

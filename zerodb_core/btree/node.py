@@ -22,22 +22,33 @@ extras: a leaf without tags holds only ``PUT`` entries and an inner node without
 
 from __future__ import annotations
 
+from zerodb_core.btree.blocks import NET, TAGS, valid_block
+from zerodb_core.btree.tags import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import IntegrityError
+
+__all__ = [
+    "ALL_PUT",
+    "DELETE",
+    "PUT",
+    "REPLACE",
+    "Inner",
+    "Leaf",
+    "Node",
+    "PostingsLeaf",
+    "node_from_payload",
+]
 
 # Approximate msgpack framing per entry (bin headers, list slots). Sizes only steer splits.
 ENTRY_OVERHEAD = 6
 CHILD_OVERHEAD = 16 + 4 + 5 + 5  # id, bin headers, net count, tombstone count
 NODE_OVERHEAD = 16
 
-# What an entry does to the layers below it.
-PUT = 0
-REPLACE = 1
-DELETE = 2
 # The tags of a leaf of PUT entries only (format 1 leaves, and most runs).
 ALL_PUT = b""
 
 LEAF = 0
 INNER = 1
+POSTINGS = 2
 
 
 class Leaf:
@@ -58,6 +69,17 @@ class Leaf:
     def tag(self, i: int) -> int:
         """The tag of entry ``i``."""
         return self.tags[i] if self.tags else PUT
+
+    def net(self, a: int, b: int) -> int:
+        """The change in live keys of entries ``a..b-1``."""
+        if not self.tags:
+            return b - a
+        part = self.tags[a:b]
+        return part.count(PUT) - part.count(DELETE)
+
+    def tombstones(self) -> int:
+        """The DELETE entries of this leaf."""
+        return self.tags.count(DELETE)
 
     def to_payload(self) -> list:
         if self.tags:
@@ -93,7 +115,38 @@ class Inner:
         return [INNER, self.keys, self.children, self.counts]
 
 
-Node = Leaf | Inner
+class PostingsLeaf:
+    """Blocks of postings of a full-text index, keyed by term and first primary key.
+
+    A block (see :mod:`zerodb_core.btree.blocks`) is a structured value, decoded with the
+    leaf, so a query reads its bounds and postings without decoding anything else. Each
+    block is a whole entry to the run (its key is unique), and counts the postings it
+    adds: the net count of a term's range of blocks is the term's document frequency.
+    """
+
+    __slots__ = ("id", "keys", "values")
+
+    def __init__(self, node_id: bytes, keys: list[bytes], values: list[list]) -> None:
+        self.id = node_id
+        self.keys = keys
+        self.values = values
+
+    is_leaf = True
+    tags = ALL_PUT
+
+    def net(self, a: int, b: int) -> int:
+        """The change in postings of blocks ``a..b-1``."""
+        return sum(block[NET] for block in self.values[a:b])
+
+    def tombstones(self) -> int:
+        """The DELETE postings of this leaf's blocks."""
+        return sum(block[TAGS].count(DELETE) for block in self.values)
+
+    def to_payload(self) -> list:
+        return [POSTINGS, self.keys, self.values]
+
+
+Node = Leaf | Inner | PostingsLeaf
 
 
 def node_from_payload(node_id: bytes, payload: object) -> Node:
@@ -112,6 +165,10 @@ def node_from_payload(node_id: bytes, payload: object) -> Node:
                 and (size == 3 or (len(tags) == len(keys) and max(tags) <= DELETE))
             ):
                 return Leaf(node_id, keys, values, tags)
+        elif kind == POSTINGS and size == 3:
+            keys, blocks = payload[1], payload[2]  # type: ignore[index]
+            if len(keys) == len(blocks) and _all_bytes(keys) and _valid_blocks(blocks):
+                return PostingsLeaf(node_id, keys, blocks)
         elif kind == INNER and size in (4, 5):
             keys, children, counts = payload[1], payload[2], payload[3]  # type: ignore[index]
             dels = payload[4] if size == 5 else []  # type: ignore[index]
@@ -127,6 +184,10 @@ def node_from_payload(node_id: bytes, payload: object) -> Node:
     except (TypeError, IndexError, ValueError):
         pass
     raise IntegrityError(f"blob {node_id.hex()} is not a well-formed B+tree node")
+
+
+def _valid_blocks(blocks: object) -> bool:
+    return isinstance(blocks, list) and all(map(valid_block, blocks))
 
 
 def _valid_dels(counts: list, dels: object) -> bool:

@@ -17,21 +17,23 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from zerodb_core.btree.blocks import TAGS
 from zerodb_core.btree.node import (
     ALL_PUT,
     CHILD_OVERHEAD,
-    DELETE,
     ENTRY_OVERHEAD,
     NODE_OVERHEAD,
     PUT,
     Inner,
     Leaf,
     Node,
+    PostingsLeaf,
 )
 from zerodb_core.btree.workspace import Reader, new_id
 from zerodb_core.crypto.padding import padded_size
 from zerodb_core.encoding import key_after
 from zerodb_core.exceptions import IntegrityError, QueryError
+from zerodb_core.serialization import pack
 
 # Node budgets (estimated payload bytes), a little below a padding size class so a full
 # node lands in it (the estimate may miss a byte per entry with keys over 255 bytes).
@@ -148,42 +150,30 @@ class RunRef:
 
 def build_run(
     keys: list[bytes],
-    values: list[bytes],
+    values: list,
     tags: bytes,
     *,
     leaf_bytes: int,
     inner_bytes: int,
+    postings: bool = False,
 ) -> tuple[RunRef, list[Node]]:
     """Pack sorted, distinct ``keys`` with their ``values`` and ``tags`` (``ALL_PUT``, or
     one byte per entry) into a run; return its reference and its new nodes.
 
-    Leaves are filled up to ``leaf_bytes`` of estimated payload (at least one entry
-    each) and inner nodes up to ``inner_bytes``, so a run has the fewest nodes its sizes
-    allow and a full node pads into the size class those budgets aim at.
+    With ``postings`` the values are blocks of postings (:mod:`zerodb_core.btree.blocks`,
+    all ``PUT`` entries to the run: each block's own tags say what its postings do).
+    Leaves are filled up to ``leaf_bytes`` of estimated payload (at least one entry each)
+    and inner nodes up to ``inner_bytes``, so a run has the fewest nodes its sizes allow
+    and a full node pads into the size class those budgets aim at.
     """
     if not keys:
         raise QueryError("a run holds at least one entry")
-    tagged = bool(tags) and any(tags)
-    if not tagged:
-        tags = ALL_PUT
-    per_entry = ENTRY_OVERHEAD + (1 if tagged else 0)
-    ends = _chunk_ends(
-        [len(k) + len(v) + per_entry for k, v in zip(keys, values)], leaf_bytes - NODE_OVERHEAD
-    )
-    nodes: list[Node] = []
-    level: list[tuple[bytes, bytes, int, int, int]] = []  # (first key, id, net, dels, size)
-    start = 0
-    total_bytes = 0
-    for end in ends:
-        leaf_tags = tags[start:end] if tagged else ALL_PUT
-        dels = leaf_tags.count(DELETE) if tagged else 0
-        puts = leaf_tags.count(PUT) if tagged else end - start
-        leaf = Leaf(new_id(), keys[start:end], values[start:end], bytes(leaf_tags))
-        nodes.append(leaf)
-        size = _estimate_leaf(leaf, per_entry)
-        total_bytes += padded_size(size) + BLOB_OVERHEAD
-        level.append((keys[start], leaf.id, puts - dels, dels, size))
-        start = end
+    if postings:
+        level, nodes = _postings_leaves(keys, values, leaf_bytes)
+    else:
+        level, nodes = _leaves(keys, values, tags, leaf_bytes)
+    total_bytes = sum(padded_size(item[4]) + BLOB_OVERHEAD for item in level)
+    dels = sum(item[3] for item in level)
     height = 1
     while len(level) > 1:
         ends = _chunk_ends(
@@ -198,7 +188,8 @@ def build_run(
                 [p[0] for p in part],
                 [p[1] for p in part],
                 [p[2] for p in part],
-                [p[3] for p in part] if tagged else None,
+                # Without tombstone counts a node says every child adds keys.
+                [p[3] for p in part] if any(p[3] or p[2] <= 0 for p in part) else None,
             )
             nodes.append(node)
             size = NODE_OVERHEAD + sum(len(p[0]) + CHILD_OVERHEAD for p in part)
@@ -207,7 +198,12 @@ def build_run(
             start = end
         level = above
         height += 1
-    _, root, count, dels, _ = level[0]
+    _, root, count, _, _ = level[0]
+    plain = not dels and not any(
+        node.tags if isinstance(node, Leaf) else any(b[TAGS] for b in node.values)
+        for node in nodes
+        if node.is_leaf
+    )
     ref = RunRef(
         root,
         height,
@@ -216,9 +212,52 @@ def build_run(
         total_bytes,
         _lower_fence(keys[0]),
         _upper_fence(keys[-1]),
-        not tagged,
+        plain,
     )
     return ref, nodes
+
+
+# (first key, node id, net count, tombstones, estimated payload bytes) of each node
+_Level = list[tuple[bytes, bytes, int, int, int]]
+
+
+def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
+    tagged = bool(tags) and any(tags)
+    per_entry = ENTRY_OVERHEAD + (1 if tagged else 0)
+    ends = _chunk_ends(
+        [len(k) + len(v) + per_entry for k, v in zip(keys, values)], leaf_bytes - NODE_OVERHEAD
+    )
+    level: _Level = []
+    nodes: list[Node] = []
+    start = 0
+    for end in ends:
+        leaf_tags = bytes(tags[start:end]) if tagged else ALL_PUT
+        leaf = Leaf(new_id(), keys[start:end], values[start:end], leaf_tags)
+        nodes.append(leaf)
+        size = (
+            NODE_OVERHEAD
+            + len(b"".join(leaf.keys))
+            + len(b"".join(leaf.values))
+            + per_entry * (end - start)
+        )
+        level.append((keys[start], leaf.id, leaf.net(0, end - start), leaf.tombstones(), size))
+        start = end
+    return level, nodes
+
+
+def _postings_leaves(keys, blocks, leaf_bytes) -> tuple[_Level, list[Node]]:
+    sizes = [len(k) + len(b) + ENTRY_OVERHEAD for k, b in zip(keys, map(pack, blocks))]
+    ends = _chunk_ends(sizes, leaf_bytes - NODE_OVERHEAD)
+    level: _Level = []
+    nodes: list[Node] = []
+    start = 0
+    for end in ends:
+        leaf = PostingsLeaf(new_id(), keys[start:end], blocks[start:end])
+        nodes.append(leaf)
+        size = NODE_OVERHEAD + sum(sizes[start:end])
+        level.append((keys[start], leaf.id, leaf.net(0, end - start), leaf.tombstones(), size))
+        start = end
+    return level, nodes
 
 
 def _chunk_ends(sizes: list[int], budget: int) -> list[int]:
@@ -380,13 +419,8 @@ class Run:
             if item[0] == "gap":
                 total += item[1]
                 continue
-            leaf = item[1]
-            a, b = _leaf_span(leaf, lo, hi)
-            if leaf.tags:
-                part = leaf.tags[a:b]
-                total += part.count(PUT) - part.count(DELETE)
-            else:
-                total += b - a
+            a, b = _leaf_span(item[1], lo, hi)
+            total += item[1].net(a, b)
         return total
 
     def node_ids_reader(self) -> Reader:

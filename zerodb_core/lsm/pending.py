@@ -52,16 +52,16 @@ class Pending:
         tag = REPLACE if live else PUT
         self._set(key, prior, (tag, value))
 
-    def delete(self, key: bytes) -> None:
+    def delete(self, key: bytes, tombstone=b"") -> None:
         """Remove ``key``, which must be live (in the snapshot or through this
-        transaction)."""
+        transaction); ``tombstone`` is the value the removal keeps."""
         prior = self.entries.get(key)
         if prior is None:
-            self._set(key, None, (DELETE, b""))
+            self._set(key, None, (DELETE, tombstone))
         elif prior[0] == PUT:
             self._set(key, prior, None)
         elif prior[0] == REPLACE:
-            self._set(key, prior, (DELETE, b""))
+            self._set(key, prior, (DELETE, tombstone))
         else:
             raise QueryError("a key was deleted twice in one transaction")
 

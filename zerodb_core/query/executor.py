@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from zerodb_core.btree import gather
-from zerodb_core.encoding import encode_key, key_after
+from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.operators import And, Expr
 from zerodb_core.query.planner import (
@@ -151,22 +151,20 @@ class Executor:
         if not terms:
             return ([], {})
         tree = self.view.tree(scan.tree)
-        prefixes = [encode_key(term) for term in terms]
-        scans = yield from gather([tree.scan_reader(p, key_after(p)) for p in prefixes])
+        found = yield from tree.postings_reader([encode_key(term) for term in terms])
         n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
         avg_len = total_len / n_docs if n_docs else 0.0
         # One pass over the postings: each term's BM25 weight per document, and its
         # positions (for phrases).
         postings: dict[str, dict[Any, list[int]]] = {}
         weights: dict[str, dict[Any, float]] = {}
-        for term, entries in zip(terms, scans):
-            idf = bm25_idf(len(entries), n_docs)
+        for term, live in zip(terms, found):
+            idf = bm25_idf(len(live), n_docs)
             where = postings[term] = {}
             weight = weights[term] = {}
-            for _, value in entries:
-                pk, tf, doc_len, positions = unpack(value)
+            for pk, (doc_len, positions) in live.items():
                 where[pk] = positions
-                weight[pk] = bm25_weight(tf, doc_len, avg_len, idf)
+                weight[pk] = bm25_weight(len(positions), doc_len, avg_len, idf)
         docs = None
         for group in scan.predicate.groups:
             matching = set.intersection(*(set(postings[t]) for t in group))

@@ -1,0 +1,173 @@
+"""Full-text indexes as runs of posting blocks, against a plain dict of postings.
+
+Random postings added, replaced and removed in transactions, commits, merges of random
+neighbouring runs (blocks kept, joined or combined posting by posting), savepoints and
+rollbacks; after every step the live postings, document frequencies and the top-k of a
+term must be exactly what the dict gives.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.core.test_lsm import DictSource
+from zerodb_core.btree import NodeSizes, build_run
+from zerodb_core.encoding import encode_key
+from zerodb_core.lsm import merge_postings_reader
+from zerodb_core.rootstate import RootState
+from zerodb_core.schema import TEXT, Catalog, IndexSpec, ModelSpec
+from zerodb_core.transaction import MergeRuns, Transaction
+
+NAME = "i/M/t"
+CATALOG = Catalog({"M": ModelSpec("M", {"t": IndexSpec("t", TEXT, ("body",))})})
+SIZES = NodeSizes(inner=160, records=70, index=70, text=300)
+TERMS = ["a", "bb", "ccc", "kernel"]
+
+
+def weight(tf: int, dl: int) -> float:
+    """A BM25-shaped weight: grows with tf, shrinks with the document length."""
+    return tf / (tf + 0.5 + dl / 8)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.source = DictSource()
+        self.state = RootState(0, None, {}, CATALOG)
+        self.model: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        self.txn = Transaction(self.source, self.state, sizes=SIZES)
+        self.savepoints: list = []
+
+    @property
+    def tree(self):
+        return self.txn.tree(NAME)
+
+    def put(self, term: str, pk: int, dl: int, positions: list[int]) -> None:
+        term_key = encode_key(term)
+        live = (term, pk) in self.model
+        self.tree.put(term_key + encode_key(pk), (term_key, pk, dl, positions), live)
+        self.model[term, pk] = (dl, positions)
+
+    def delete(self, term: str, pk: int) -> None:
+        term_key = encode_key(term)
+        dl, positions = self.model.pop((term, pk))
+        self.tree.delete(term_key + encode_key(pk), (term_key, pk, dl, positions))
+
+    def commit(self) -> None:
+        trees, objects = self.txn.flush()
+        for obj in objects:
+            self.source.blobs[obj.id] = obj.to_payload()
+        for blob_id in self.txn.ws.garbage:
+            del self.source.blobs[blob_id]
+        self.state = RootState(self.state.seq + 1, None, trees, CATALOG)
+        self.txn = Transaction(self.source, self.state, sizes=SIZES)
+        self.savepoints = []
+
+    def merge(self, start: int, stop: int) -> None:
+        self.commit()
+        runs = self.state.trees.get(NAME, ())
+        stop = min(stop, len(runs))
+        if stop - start < 2:
+            return
+        window = runs[start:stop]
+        reader = merge_postings_reader(window, stop == len(runs))
+        keys, blocks, _, garbage = self.txn.run([reader])[0]
+        output, nodes = None, []
+        if keys:
+            output, nodes = build_run(
+                keys, blocks, b"", leaf_bytes=300, inner_bytes=160, postings=True
+            )
+        roots = tuple(run.root for run in window)
+        assert self.txn.apply(MergeRuns(NAME, roots, output, tuple(nodes), tuple(garbage)))
+        self.commit()
+
+    def check(self) -> None:
+        tree, run = self.tree, self.txn.run
+        term_keys = [encode_key(term) for term in TERMS]
+        postings = run([tree.postings_reader(term_keys)])[0]
+        frequencies = run([tree.df_reader(term_keys)])[0]
+        for term, term_key, live, df in zip(TERMS, term_keys, postings, frequencies):
+            expected = {pk: v for (t, pk), v in self.model.items() if t == term}
+            assert live == expected
+            assert df == len(expected)
+            for k in (1, 3):
+                best = heapq.nsmallest(
+                    k, ((-weight(len(p), dl), pk) for pk, (dl, p) in expected.items())
+                )
+                got = run([tree.top_reader(term_key, k, weight)])[0]
+                assert [(pk, round(s, 9)) for s, pk in got] == [
+                    (pk, round(-s, 9)) for s, pk in best
+                ]
+        everything = run([tree.scan_reader()])[0]
+        assert [(v[0], v[1]) for _, v in everything] == sorted(
+            ((encode_key(t), pk) for t, pk in self.model), key=lambda tp: tp[0] + encode_key(tp[1])
+        )
+
+
+op_st = st.one_of(
+    st.tuples(
+        st.just("put"),
+        st.sampled_from(TERMS),
+        st.integers(0, 400),
+        st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    ),
+    st.tuples(st.just("delete"), st.integers(0, 10**6), st.none(), st.none()),
+    st.tuples(st.just("bulk"), st.sampled_from(TERMS), st.integers(0, 400), st.integers(1, 300)),
+    st.tuples(st.just("commit"), st.none(), st.none(), st.none()),
+    st.tuples(st.just("merge"), st.integers(0, 5), st.integers(2, 5), st.none()),
+    st.tuples(st.just("savepoint"), st.none(), st.none(), st.none()),
+    st.tuples(st.just("rollback"), st.none(), st.none(), st.none()),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(op_st, max_size=40))
+def test_postings_match_a_dict(ops):
+    h = Harness()
+    for op, a, b, c in ops:
+        if op == "put":
+            h.put(a, b, b % 50 + 1, c)
+        elif op == "delete" and h.model:
+            h.delete(*sorted(h.model)[a % len(h.model)])
+        elif op == "bulk":  # many documents of one term, in pk order (a load)
+            for pk in range(b, b + c):
+                h.put(a, pk, pk % 40 + 1, [pk % 7])
+        elif op == "commit":
+            h.commit()
+        elif op == "merge":
+            h.merge(a, a + b)
+        elif op == "savepoint":
+            h.savepoints.append((h.txn.savepoint(), dict(h.model)))
+        elif op == "rollback" and h.savepoints:
+            sp, model = h.savepoints.pop()
+            h.txn.rollback_to(sp)
+            h.model = model
+        h.check()
+    h.commit()
+    runs = h.state.trees.get(NAME, ())
+    h.merge(0, len(runs))
+    assert all(run.plain for run in h.state.trees.get(NAME, ()))
+    h.check()
+
+
+def test_a_common_term_reads_few_blocks_for_its_top_ten():
+    """Top-k stops once no block left can beat the k-th score: for a term in 2,000
+    documents, one of them with a much higher term frequency, the top one costs a few
+    blocks, not 16."""
+    h = Harness()
+    for pk in range(2000):
+        h.put("kernel", pk, 40, [0, 5, 9, 13, 17] if pk == 1234 else [pk % 40])
+    h.commit()
+    decoded = []
+    from zerodb_core.lsm import postings
+
+    original = postings.block_postings
+    postings.block_postings = lambda block: decoded.append(block) or original(block)
+    try:
+        got = h.txn.run([h.tree.top_reader(encode_key("kernel"), 1, weight)])[0]
+    finally:
+        postings.block_postings = original
+    assert got[0][1] == 1234
+    assert len(decoded) == 1

@@ -1,0 +1,421 @@
+"""Full-text indexes as log-structured trees of posting blocks.
+
+A full-text index is a stack of runs like any tree (:mod:`zerodb_core.lsm.tree`), but its
+entries are blocks of postings (:mod:`zerodb_core.btree.blocks`), and what is exact per
+key elsewhere is exact per posting here: a posting is added (``PUT``), given new
+positions (``REPLACE``) or removed (``DELETE``), and the blocks of several runs are
+combined posting by posting, newest first. Run counts are sums of postings, so the
+document frequency of a term is one counted range per run, read from inner nodes.
+
+A transaction's pending postings are kept under ``term key + primary key`` (values
+``(term key, pk, document length, positions)``), and become blocks when it commits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from zerodb_core.btree import DELETE, PUT, REPLACE, Reader, Run, RunRef, gather
+from zerodb_core.btree.blocks import (
+    BLOCK_POSTINGS,
+    DLS,
+    MAX_TF,
+    MIN_DL,
+    POSITIONS,
+    TAGS,
+    TERM_LEN,
+    block_pks,
+    block_postings,
+    make_block,
+)
+from zerodb_core.encoding import encode_key, key_after
+from zerodb_core.exceptions import IntegrityError
+from zerodb_core.lsm.pending import Pending
+
+if TYPE_CHECKING:
+    from zerodb_core.transaction import View
+
+# A posting as the engine hands it out: document length and positions (tf = their number).
+Posting = tuple[int, list[int]]
+
+
+class TextTree:
+    """One full-text index as a snapshot or transaction sees it."""
+
+    __slots__ = ("leaf_bytes", "name", "view")
+
+    def __init__(self, view: View, name: str, leaf_bytes: int) -> None:
+        self.view = view
+        self.name = name
+        self.leaf_bytes = leaf_bytes
+
+    @property
+    def runs(self) -> tuple[RunRef, ...]:
+        return self.view.runs.get(self.name, ())
+
+    @property
+    def pending(self) -> Pending | None:
+        pending = self.view.changes.get(self.name)
+        return pending if pending else None
+
+    # -- writes (exact changes, keys ``term key + pk key``) ----------------------------
+
+    def put(self, key: bytes, value: tuple, live: bool) -> None:
+        self.view.changes.writable(self.name).put(key, value, live)
+
+    def put_new(self, keys: list[bytes], values: list[tuple]) -> None:
+        if keys:
+            self.view.changes.writable(self.name).put_new(keys, values)
+
+    def delete(self, key: bytes, value: tuple) -> None:
+        """Remove a posting; ``value`` is the posting, which the tombstone keeps (its
+        term and primary key) with no positions."""
+        term_key, pk = value[0], value[1]
+        self.view.changes.writable(self.name).delete(key, (term_key, pk, 0, []))
+
+    # -- reads ------------------------------------------------------------------------
+
+    def df_reader(self, term_keys: list[bytes]) -> Reader:
+        """Return the document frequency of each term (counted, no block read)."""
+        readers, owners = [], []
+        for n, term_key in enumerate(term_keys):
+            hi = key_after(term_key)
+            for run in self.runs:
+                if run.overlaps(term_key, hi):
+                    readers.append(Run(run).count_reader(term_key, hi))
+                    owners.append(n)
+        counts = yield from gather(readers)
+        totals = [0] * len(term_keys)
+        for n, count in zip(owners, counts):
+            totals[n] += count
+        pending = self.pending
+        if pending is not None:
+            for n, term_key in enumerate(term_keys):
+                totals[n] += pending.net(term_key, key_after(term_key))
+        return totals
+
+    def blocks_reader(self, term_keys: list[bytes]) -> Reader:
+        """Return, per term, its blocks in every run: ``[[(age, key, block)], ...]``
+        (age 0 the newest run)."""
+        readers, owners = [], []
+        for n, term_key in enumerate(term_keys):
+            hi = key_after(term_key)
+            for age, run in enumerate(self.runs):
+                if run.overlaps(term_key, hi):
+                    readers.append(Run(run).entries_reader(term_key, hi))
+                    owners.append((n, age))
+        parts = yield from gather(readers)
+        out: list[list[tuple[int, bytes, list]]] = [[] for _ in term_keys]
+        for (n, age), (keys, _, blocks) in zip(owners, parts):
+            out[n].extend((age, key, block) for key, block in zip(keys, blocks))
+        return out
+
+    def postings_reader(self, term_keys: list[bytes]) -> Reader:
+        """Return, per term, its live postings ``{pk: (document length, positions)}``."""
+        per_term = yield from self.blocks_reader(term_keys)
+        pending = self.pending
+        out = []
+        for term_key, blocks in zip(term_keys, per_term):
+            live = combine_postings(blocks)
+            if pending is not None:
+                keys, a, b = pending.span(term_key, key_after(term_key))
+                entries = pending.entries
+                for key in keys[a:b]:
+                    tag, (_, pk, dl, positions) = entries[key]
+                    if tag == DELETE:
+                        live.pop(pk, None)
+                    else:
+                        live[pk] = (dl, positions)
+            out.append(live)
+        return out
+
+    def scan_reader(self) -> Reader:
+        """Return every live posting, ``[(term key + pk key, (term key, pk, document
+        length, positions))]`` in key order (for checks and rebuilds, not queries)."""
+        parts = yield from gather([Run(run).entries_reader() for run in self.runs])
+        by_term: dict[bytes, list[tuple[int, bytes, list]]] = {}
+        for age, (keys, _, blocks) in enumerate(parts):
+            for key, block in zip(keys, blocks):
+                by_term.setdefault(key[: block[TERM_LEN]], []).append((age, key, block))
+        pending = self.pending
+        if pending is not None:
+            for value in {value[0]: value for _, value in pending.entries.values()}.values():
+                by_term.setdefault(value[0], [])
+        found = yield from self.postings_reader(sorted(by_term))
+        out = []
+        for term_key, live in zip(sorted(by_term), found):
+            out.extend(
+                (term_key + encode_key(pk), (term_key, pk, dl, at)) for pk, (dl, at) in live.items()
+            )
+        out.sort()
+        return out
+
+    def top_reader(self, term_key: bytes, k: int, weight) -> Reader:
+        """Return the ``k`` best ``(score, pk)`` of one term, best first (ties by pk),
+        with ``weight(tf, dl)`` its score: blocks are read in the order of their bound
+        (the weight of their largest tf at their smallest length) until no block left
+        can beat the k-th score, so a common term costs a few blocks, not its postings.
+
+        Falls back to scoring every posting when pending changes touch the term.
+        """
+        pending = self.pending
+        if pending is not None:
+            _, a, b = pending.span(term_key, key_after(term_key))
+            if b > a:
+                (live,) = yield from self.postings_reader([term_key])
+                return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
+        (blocks,) = yield from self.blocks_reader([term_key])
+        newer = _NewerRuns(blocks)
+        order = sorted(
+            ((weight(block[MAX_TF], block[MIN_DL]), n) for n, (_, _, block) in enumerate(blocks)),
+            reverse=True,
+        )
+        best: list[tuple[float, Any]] = []  # a heap of the k best, worst first
+        for bound, n in order:
+            if len(best) == k and bound < best[0][0]:
+                break
+            age, _, block = blocks[n]
+            pks, tags, dls, positions = block_postings(block)
+            for pk, tag, dl, where in zip(pks, tags, dls, positions):
+                if tag == DELETE or (age and newer.supersede(pk, age)):
+                    continue
+                entry = (weight(len(where), dl), _Desc(pk))
+                if len(best) < k:
+                    heapq.heappush(best, entry)
+                elif entry > best[0]:
+                    heapq.heapreplace(best, entry)
+        return [(score, pk.value) for score, pk in sorted(best, reverse=True)]
+
+    # -- commit -------------------------------------------------------------------------
+
+    def pending_blocks(self) -> tuple[list[bytes], list[list]]:
+        """The keys and blocks of this transaction's pending postings."""
+        pending = self.view.changes.get(self.name)
+        assert pending is not None
+        keys = pending.sorted_keys()
+        entries = pending.entries
+        out_keys: list[bytes] = []
+        blocks: list[list] = []
+        i, n = 0, len(keys)
+        while i < n:
+            term_key = entries[keys[i]][1][0]
+            end = bisect_left(keys, key_after(term_key), i)
+            for start in range(i, end, BLOCK_POSTINGS):
+                chunk = [entries[key] for key in keys[start : min(start + BLOCK_POSTINGS, end)]]
+                out_keys.append(keys[start])
+                blocks.append(
+                    make_block(
+                        len(term_key),
+                        [value[1] for _, value in chunk],
+                        bytes(tag for tag, _ in chunk),
+                        [value[2] for _, value in chunk],
+                        [value[3] for _, value in chunk],
+                    )
+                )
+            i = end
+        return out_keys, blocks
+
+
+def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Posting]:
+    """The live postings of one term's blocks from several runs (newest run first)."""
+    blocks = sorted(blocks, key=lambda item: -item[0])  # oldest run first
+    live: dict[Any, Posting] = {}
+    for _, _, block in blocks:
+        pks, tags, dls, positions = block_postings(block)
+        if not block[TAGS]:
+            live.update(zip(pks, zip(dls, positions)))
+            continue
+        for pk, tag, dl, where in zip(pks, tags, dls, positions):
+            if tag == DELETE:
+                live.pop(pk, None)
+            else:
+                live[pk] = (dl, where)
+    return live
+
+
+def merge_postings_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
+    """Read the runs of a full-text index (newest first, neighbours) whole and combine
+    them: ``(keys, blocks, b"", node ids)``, as :func:`zerodb_core.lsm.merge.merge_reader`
+    answers (blocks in the place of values, no tags at the level of blocks).
+
+    A term whose blocks from different runs cover disjoint ranges of primary keys (bulk
+    loads: each run holds newer documents) keeps its blocks as they are, only small
+    neighbours joined; postings are decoded and combined only where runs overlap.
+    """
+    parts = yield from gather(
+        [Run(run).entries_reader() for run in runs] + [Run(run).node_ids_reader() for run in runs]
+    )
+    contents, ids = parts[: len(runs)], parts[len(runs) :]
+    by_term: dict[bytes, list[tuple[int, bytes, list]]] = {}
+    for age, (keys, _, blocks) in enumerate(contents):
+        for key, block in zip(keys, blocks):
+            by_term.setdefault(key[: block[TERM_LEN]], []).append((age, key, block))
+    out_keys: list[bytes] = []
+    out_blocks: list[list] = []
+    for term_key in sorted(by_term):
+        for key, block in _merge_term(term_key, by_term[term_key], bottom):
+            out_keys.append(key)
+            out_blocks.append(block)
+    return out_keys, out_blocks, b"", [node_id for part in ids for node_id in part]
+
+
+def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: bool):
+    """One term's blocks after a merge, in key order."""
+    ages = {age for age, _, _ in blocks}
+    if len(ages) > 1 and _overlap(blocks):
+        postings = _combine_exact(blocks)
+        keyed = sorted((encode_key(pk), pk, entry) for pk, entry in postings.items())
+        merged = []
+        for start in range(0, len(keyed), BLOCK_POSTINGS):
+            chunk = keyed[start : start + BLOCK_POSTINGS]
+            block = make_block(
+                len(term_key),
+                [pk for _, pk, _ in chunk],
+                bytes(tag for _, _, (tag, _, _) in chunk),
+                [dl for _, _, (_, dl, _) in chunk],
+                [where for _, _, (_, _, where) in chunk],
+            )
+            merged.append((term_key + chunk[0][0], block))
+    else:
+        merged = sorted((key, block) for _, key, block in blocks)
+    if bottom:
+        merged = [item for item in map(_as_bottom, merged) if item is not None]
+    return _join_small(term_key, merged)
+
+
+def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
+    """Whether the runs' ranges of primary keys for the term overlap."""
+    spans: dict[int, list[bytes]] = {}
+    term_len = blocks[0][2][TERM_LEN]
+    for age, key, block in blocks:
+        last = encode_key(block_pks(block)[-1])
+        span = spans.get(age)
+        if span is None:
+            spans[age] = [key[term_len:], last]
+        else:
+            span[0] = min(span[0], key[term_len:])
+            span[1] = max(span[1], last)
+    ordered = sorted(spans.values())
+    return any(ordered[i][1] >= ordered[i + 1][0] for i in range(len(ordered) - 1))
+
+
+def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
+    """Postings of several runs combined by the exact rules: ``{pk: (tag, dl, positions)}``."""
+    out: dict[Any, tuple] = {}
+    for _, _, block in sorted(blocks, key=lambda item: -item[0]):  # oldest first
+        pks, tags, dls, positions = block_postings(block)
+        for pk, tag, dl, where in zip(pks, tags, dls, positions):
+            older = out.get(pk)
+            if older is None:
+                out[pk] = (tag, dl, where)
+                continue
+            old = older[0]
+            if tag == DELETE and old == PUT:
+                del out[pk]
+            elif tag == DELETE and old == REPLACE:
+                out[pk] = (DELETE, 0, [])
+            elif tag == PUT and old == DELETE:
+                out[pk] = (REPLACE, dl, where)
+            elif tag == REPLACE and old != DELETE:
+                out[pk] = (old, dl, where)
+            else:
+                raise IntegrityError("runs of a full-text index disagree about a posting")
+    return out
+
+
+def _as_bottom(item: tuple[bytes, list]) -> tuple[bytes, list] | None:
+    """A block of the oldest run: removed postings dropped, replacements made puts."""
+    key, block = item
+    if not block[TAGS]:
+        return item
+    pks, tags, dls, positions = block_postings(block)
+    keep = [i for i, tag in enumerate(tags) if tag != DELETE]
+    if not keep:
+        return None
+    term_len = block[TERM_LEN]
+    return key[:term_len] + encode_key(pks[keep[0]]), make_block(
+        term_len,
+        [pks[i] for i in keep],
+        b"",
+        [dls[i] for i in keep],
+        [positions[i] for i in keep],
+    )
+
+
+def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
+    """Join neighbouring blocks that fit in one (single-record commits leave blocks of
+    one posting; merged runs should not keep them so)."""
+    out: list[tuple[bytes, list]] = []
+    for key, block in merged:
+        if out and not out[-1][1][TAGS] and not block[TAGS]:
+            last_key, last = out[-1]
+            if len(last[DLS]) + len(block[DLS]) <= BLOCK_POSTINGS:
+                joined = make_block(
+                    len(term_key),
+                    block_pks(last) + block_pks(block),
+                    b"",
+                    last[DLS] + block[DLS],
+                    last[POSITIONS] + block[POSITIONS],
+                )
+                out[-1] = (last_key, joined)
+                continue
+        out.append((key, block))
+    return out
+
+
+class _NewerRuns:
+    """Which postings of older runs newer runs hold too (so only the newest counts)."""
+
+    def __init__(self, blocks: list[tuple[int, bytes, list]]) -> None:
+        self.by_age: dict[int, tuple[list[bytes], list[list]]] = {}
+        for age, key, block in sorted(blocks, key=lambda item: (item[0], item[1])):
+            keys, items = self.by_age.setdefault(age, ([], []))
+            keys.append(key[block[TERM_LEN] :])
+            items.append(block)
+        self.cache: dict[int, set] = {}
+
+    def supersede(self, pk: Any, age: int) -> bool:
+        """Whether a run newer than ``age`` holds a posting of ``pk``."""
+        pk_key = encode_key(pk)
+        for newer in range(age):
+            found = self.by_age.get(newer)
+            if found is None:
+                continue
+            keys, blocks = found
+            i = bisect_right(keys, pk_key) - 1  # the block that would hold it
+            if i < 0:
+                continue
+            block = blocks[i]
+            pks = self.cache.get(id(block))
+            if pks is None:
+                pks = self.cache[id(block)] = set(block_pks(block))
+            if pk in pks:
+                return True
+        return False
+
+
+class _Desc:
+    """A primary key that sorts descending (so ties of score keep the smallest pk)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Desc) -> bool:
+        return _key(other.value) < _key(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.value == other.value
+
+
+def _key(pk: Any) -> bytes:
+    return encode_key(pk)
+
+
+def _best(scored: Iterable[tuple[float, Any]], k: int) -> list[tuple[float, Any]]:
+    """The ``k`` best ``(score, pk)``, best first, ties by ascending pk."""
+    return heapq.nsmallest(k, scored, key=lambda item: (-item[0], _key(item[1])))
