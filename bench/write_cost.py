@@ -613,6 +613,28 @@ def _no_worse(report: dict[str, Any]) -> tuple[str, bool | None]:
     return text, not worse
 
 
+def _target_table(report: dict[str, Any]) -> list[str]:
+    """The issue's table; with a baseline, what the baseline measured beside each row
+    (rows are matched by their target, which names the measure)."""
+    before = (report.get("baseline") or {}).get("measured")
+    if before is None or report.get("is_baseline"):
+        return [
+            "| measure | target | measured | met |",
+            "| --- | --- | --- | :---: |",
+            *(f"| {m} | {t} | {v} | {_yes(ok)} |" for m, t, v, ok in targets(report)),
+        ]
+    return [
+        "| measure | target | measured | met | baseline |",
+        "| --- | --- | --- | :---: | --- |",
+        *(
+            f"| {m} | {t} | {v} | {_yes(ok)} | {before.get(t, '-')} |"
+            for m, t, v, ok in targets(report)
+        ),
+        "",
+        f"Baseline: {report['baseline']['label']} (`{report['baseline']['file']}`).",
+    ]
+
+
 def markdown(report: dict[str, Any]) -> str:
     emb, srv = report["embedded"], report.get("server")
     lines = [
@@ -622,9 +644,7 @@ def markdown(report: dict[str, Any]) -> str:
         "the end, on a machine shared with other engineers: times are noisy, bytes and "
         "round trips are not).",
         "",
-        "| measure | target | measured | met |",
-        "| --- | --- | --- | :---: |",
-        *(f"| {m} | {t} | {v} | {_yes(ok)} |" for m, t, v, ok in targets(report)),
+        *_target_table(report),
         "",
         "**Commits of the bulk load** (MB = 10^6 bytes; ratio: bytes sent / plaintext bytes "
         "of the commit's records):",
@@ -854,7 +874,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report["baseline"] = {"cold": emb["cold"]}
     elif args.baseline != "none" and Path(args.baseline).is_file():
         reference = json.loads(Path(args.baseline).read_text())
-        report["baseline"] = {"file": args.baseline, "cold": reference["embedded"]["cold"]}
+        report["baseline"] = {
+            "file": args.baseline,
+            "label": reference["label"],
+            "cold": reference["embedded"]["cold"],
+            "measured": {t: v for _, t, v, _ in targets(reference)},
+        }
     publish(
         report,
         markdown(report),
