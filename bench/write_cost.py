@@ -378,9 +378,8 @@ def checkpoint_round_trips(store: str, rng: random.Random, runs: int = 5) -> tup
 
 def million(path: Path, records: int, batch: int, every: int, seed: int) -> dict[str, Any]:
     """Load ``records`` embedded in transactions of ``batch`` (rows made batch by batch,
-    not held), recording every commit; every ``every`` records, the round trips of a
-    ``salary=`` query on a fresh DB (cold, from construction) and of a second one on it
-    (warm)."""
+    not held), recording every commit; every ``every`` records, the round trips of
+    ``salary=`` queries cold and warm (``checkpoint_round_trips``) and the file's size."""
     store = f"sqlite:///{path}"
     rng = random.Random(seed)
     commits, checkpoints = [], []
@@ -444,9 +443,9 @@ def chart(report: dict[str, Any], path: Path) -> None:
     top.legend()
     marks = run["checkpoints"]
     xs = [m["table"] / 1000 for m in marks]
-    bottom.plot(xs, [m["cold_round_trips"] for m in marks], "o-", label="cold `salary=`")
-    bottom.plot(xs, [m["warm_round_trips"] for m in marks], "s-", label="warm `salary=`")
-    bottom.set_ylabel("round trips")
+    bottom.plot(xs, [m["cold_round_trips"] for m in marks], "o-", label="cold salary= query")
+    bottom.plot(xs, [m["warm_round_trips"] for m in marks], "s-", label="warm salary= query")
+    bottom.set_ylabel("round trips (median of 5)")
     bottom.set_xlabel("records in the table (thousands)")
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
@@ -792,7 +791,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="a refused commit is retried in halves down to this size, then the load stops",
     )
     parser.add_argument("--probe-at", type=int, default=50_000, help="table size of the probe")
-    parser.add_argument("--probe", type=int, default=500, help="records of the probe commit")
+    parser.add_argument(
+        "--probe", type=int, default=500, help="records committed alone at --probe-at"
+    )
     parser.add_argument("--singles", type=int, default=1_000, help="single-record transactions")
     parser.add_argument("--scattered", type=int, default=100, help="rows of the scattered read")
     parser.add_argument("--ft-runs", type=int, default=7, help="runs of each full-text query")
@@ -818,8 +819,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--baseline",
         default=str(BASELINE),
-        help="results JSON whose cold round trips are the 'no worse' reference; 'none' for "
-        f"none; 'self' makes this run the baseline (also written as {BASELINE.name})",
+        help="results JSON shown beside this run's (its cold round trips are the 'no worse' "
+        f"reference); 'none' for none; 'self' makes this run the baseline (also written as "
+        f"{BASELINE.name} in --out)",
     )
     parser.add_argument("--out", default="bench/results", help="directory for the JSON")
     parser.add_argument(
