@@ -45,6 +45,7 @@ from bench.native_load import (
 )
 from bench.publish import REPO, machine, publish
 from bench.server_vs_redis import cli, start_redis, start_server, stop
+from blob_server.server import DEFAULT_MAX_COMMIT_BYTES
 from zerodb_core import DB, CommitTooLargeError, QuotaExceededError
 from zerodb_core.demo import (
     DESCRIPTION_WORDS,
@@ -437,6 +438,12 @@ def chart(report: dict[str, Any], path: Path) -> None:
         color="#c44e52",
     )
     top.axhline(10, color="#55a868", linestyle="--", label="target: <= 10 MB, flat")
+    top.axhline(
+        DEFAULT_MAX_COMMIT_BYTES / MB,
+        color="#4c72b0",
+        linestyle=":",
+        label="the blob server's default limit per commit (48 MiB)",
+    )
     top.set_ylabel("MB sent per commit")
     top.set_yscale("log")
     top.grid(alpha=0.3)
