@@ -277,11 +277,13 @@ def q_fulltext(db: DB, i: int, rng: random.Random) -> int:
 
 
 def q_get(db: DB, i: int, rng: random.Random, *, pks: list[int]) -> int:
+    """One record by a pk the run stored."""
     db[Employee].get(rng.choice(pks))
     return 1
 
 
 def q_open(db: DB, i: int, rng: random.Random) -> int:
+    """Nothing but what opening costs: the keyring (read at construction) and the root."""
     db.snapshot()
     return 0
 
