@@ -51,6 +51,7 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(PY) -m bench.native_load
+	$(PY) -m bench.write_cost
 	$(PY) -m bench.server_vs_redis
 	$(PY) -m bench.proxy_floor
 	$(PY) -m bench.django_side_by_side

@@ -157,10 +157,17 @@ def cli(*args: str) -> str:
     return done.stdout
 
 
-def start_server(redis_url: str, tenants: Path, log: Path) -> tuple[subprocess.Popen, int]:
-    """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file)."""
+def start_server(
+    redis_url: str, tenants: Path, log: Path, options: tuple[str, ...] = ("--gc-interval", "0")
+) -> tuple[subprocess.Popen, int]:
+    """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file).
+
+    ``options`` go on its command line; by default no garbage collection, whose sweeps
+    would land in the middle of timed fetches (``bench.write_cost`` passes none: it
+    measures the server as deployed).
+    """
     argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", redis_url]
-    argv += ["--tenants", str(tenants), "--gc-interval", "0", "--bind", "127.0.0.1:0"]
+    argv += ["--tenants", str(tenants), *options, "--bind", "127.0.0.1:0"]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     with open(log, "ab") as out:
         process = subprocess.Popen(

@@ -1,9 +1,21 @@
-"""``make demo`` (until the Django example project lands): the native API on the
-embedded SQLite store, printing what it stored, a query result and its round trips."""
+"""``make demo-native``: the native API on the embedded SQLite store, printing what it
+stored, a query result and its round trips; and the made-up employees that the demo, the
+tests and the benchmarks share.
+
+Two kinds of employees: ``fake_employee`` writes a description naming two of eight
+two-word topics (readable, and what the demo searches), ``realistic_employee`` one of 40
+words drawn from a 5,000-word vocabulary with Zipf frequencies, as bios or ticket bodies
+are. *Why both:* eight topics give the full-text index 16 terms, so every write touches
+the same few leaves; with a realistic vocabulary a write touches a leaf per distinct word,
+which is what made commits cost about the whole text index (``bench.write_cost``). They
+live here, not in ``bench/``, because the tests assert byte counts on them and
+``zerodb_core`` is what is installed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import time
@@ -12,6 +24,7 @@ from pathlib import Path
 from zerodb_core import DB
 from zerodb_core.models import Field, Model, Text
 from zerodb_core.query import Contains, Gt, InRange
+from zerodb_core.serialization import pack
 
 FIRST = ["John", "Ann", "Maria", "Wei", "Olga", "Sam", "Priya", "Tom", "Ines", "Kofi"]
 LAST = ["Smith", "Lee", "Garcia", "Chen", "Ivanova", "Brown", "Patel", "Muller", "Silva"]
@@ -35,6 +48,80 @@ def fake_employee(rng: random.Random, salary_step: int = 500) -> dict:
         "salary": rng.randrange(40_000, 250_000, salary_step),
         "description": f"Handled the {rng.choice(TOPICS)} and {rng.choice(TOPICS)}.",
     }
+
+
+# -- realistic text ----------------------------------------------------------------------
+
+VOCABULARY_SIZE = 5000
+DESCRIPTION_WORDS = 40
+ZIPF_S = 1.0
+# Syllables are onset + vowel + coda; the "" onset and codas make vowel-led and open ones.
+# fmt: off
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "ch",
+           "dr", "gr", "kl", "pl", "sh", "st", "tr", "")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou")
+_CODAS = ("", "", "", "n", "r", "s", "l", "m", "k", "nd", "st")
+# fmt: on
+
+
+def _vocabulary(size: int, seed: int = 5000) -> tuple[str, ...]:
+    """Return ``size`` distinct pronounceable words, the shortest first.
+
+    Made from syllables by a seeded generator, so the same on every machine and with no
+    word list to ship. Shorter words take the frequent ranks (as in real languages, where
+    frequent words are short), which keeps a description's bytes realistic; among words
+    of one length the order is the generator's, so the frequent words are spread over
+    the alphabet (and over the index's key space) instead of clustering at its start.
+    """
+    rng = random.Random(seed)
+    words: dict[str, None] = {}
+    while len(words) < size:
+        syllables = rng.choice((1, 2, 2, 3, 3, 4))
+        word = "".join(
+            rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(syllables)
+        )
+        words.setdefault(word)
+    return tuple(sorted(words, key=len))
+
+
+#: The vocabulary of realistic descriptions, most frequent word first.
+VOCABULARY = _vocabulary(VOCABULARY_SIZE)
+#: Cumulative Zipf weights of ``VOCABULARY``: rank r has weight 1 / r**ZIPF_S.
+_CUM_WEIGHTS = tuple(itertools.accumulate(1 / r**ZIPF_S for r in range(1, VOCABULARY_SIZE + 1)))
+
+
+def zipf_probability(rank: int) -> float:
+    """The probability of the word of ``rank`` (1 = the most frequent) at each position."""
+    return (1 / rank**ZIPF_S) / _CUM_WEIGHTS[-1]
+
+
+def realistic_description(rng: random.Random, words: int = DESCRIPTION_WORDS) -> str:
+    """``words`` words drawn independently with Zipf frequencies, as one sentence."""
+    drawn = rng.choices(VOCABULARY, cum_weights=_CUM_WEIGHTS, k=words)
+    return " ".join(drawn).capitalize() + "."
+
+
+def realistic_employee(rng: random.Random) -> dict:
+    """The fields of an employee with a realistic description (salaries in steps of 10,
+    so a 200-wide salary range holds about 100 people in 100,000)."""
+    return {
+        "name": rng.choice(FIRST),
+        "surname": rng.choice(LAST),
+        "salary": rng.randrange(40_000, 250_000, 10),
+        "description": realistic_description(rng),
+    }
+
+
+def realistic_employees(n: int, seed: int) -> list[dict]:
+    """``n`` realistic employees, the same for the same seed."""
+    rng = random.Random(seed)
+    return [realistic_employee(rng) for _ in range(n)]
+
+
+def plaintext_bytes(fields: dict) -> int:
+    """The size of a record's fields as the store packs them before encryption (msgpack):
+    what "bytes sent per plaintext byte" divides by."""
+    return len(pack(fields))
 
 
 class Employee(Model):

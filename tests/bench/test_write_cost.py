@@ -1,0 +1,75 @@
+"""``bench.write_cost`` keeps working: a tiny run end to end, and its refusal handling.
+
+The benchmark is the instrument for the storage redesign, so it must run on any engine
+that keeps the public API; these checks count, they never time.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bench import write_cost
+from blob_server.storage.memory import MemoryStorage
+from zerodb_core import DB, CommitTooLargeError
+from zerodb_core.demo import realistic_employees
+from zerodb_core.transport import LocalTransport
+
+
+class LimitedTransport(LocalTransport):
+    """Refuses commits with more blob bytes than ``limit``, as a blob server does."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(MemoryStorage())
+        self.limit = limit
+
+    def commit(self, database, *, expected_seq, root, blobs, garbage=()):
+        size = sum(map(len, blobs.values()))
+        if size > self.limit:
+            raise CommitTooLargeError(f"{size} bytes exceed {self.limit}")
+        return super().commit(
+            database, expected_seq=expected_seq, root=root, blobs=blobs, garbage=garbage
+        )
+
+
+def test_a_small_run_reports_every_measure(tmp_path):
+    args = ["--records", "1200", "--batch", "400", "--probe-at", "800", "--probe", "20"]
+    args += ["--singles", "5", "--scattered", "5", "--ft-runs", "1", "--cold-runs", "1"]
+    args += ["--no-server", "--no-doc", "--baseline", "none", "--out", str(tmp_path)]
+    report = write_cost.main(args)
+
+    emb = report["embedded"]
+    assert [c["table"] for c in emb["load"]["commits"]] == [0, 400, 800]
+    assert emb["load"]["completed"] and not emb["load"]["refusals"]
+    assert emb["load"]["probe"]["records"] == 20 and emb["load"]["probe"]["table"] == 800
+    assert all(c["bytes_sent"] > c["plaintext_bytes"] > 0 for c in emb["load"]["commits"])
+    assert emb["single"]["transactions"] == 5
+    assert emb["scattered"]["cold"]["rows"] == emb["scattered"]["warm"]["rows"] == 5
+    assert set(emb["cold"]) == {key for key, _, _ in write_cost.COLD_SHAPES}
+    assert set(emb["fulltext"]) == set(write_cost.fulltext_queries())
+    assert len(write_cost.targets(report)) == 9
+    (written,) = tmp_path.glob("write-cost-*.json")
+    assert json.loads(written.read_text())["embedded"]["load"]["records"] == 1200
+
+
+def test_a_refused_commit_is_recorded_and_retried_in_halves():
+    rows = realistic_employees(400, seed=1)
+    # Commits grow with the table: 200 records pass on an empty table, not on 200.
+    db = DB(LimitedTransport(limit=500_000), password="pw", kdf="fast")
+    run = write_cost.load(
+        db, rows, batch=200, min_batch=50, probe_at=10**9, probe_rows=[], desc="test"
+    )
+    assert (run["refusals"][0]["table"], run["refusals"][0]["records"]) == (200, 200)
+    assert run["commits"][0]["records"] == 200
+    assert all(c["records"] < 200 for c in run["commits"][1:])
+    assert run["completed"] and run["records"] == 400
+    assert len(db[write_cost.Employee]) == 400
+
+
+def test_a_load_stops_when_even_the_smallest_batch_is_refused():
+    rows = realistic_employees(100, seed=2)
+    db = DB(LimitedTransport(limit=1_000), password="pw", kdf="fast")
+    run = write_cost.load(
+        db, rows, batch=50, min_batch=25, probe_at=10**9, probe_rows=[], desc="test"
+    )
+    assert [r["records"] for r in run["refusals"]] == [50, 25]
+    assert run["records"] == 0 and not run["completed"] and not run["commits"]
