@@ -19,8 +19,8 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.auth import Authenticator
+from blob_server.cli import build_parser, parse_size
 from blob_server.cli import main as cli_main
-from blob_server.cli import parse_size
 from blob_server.server import BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
 from blob_server.tenants import DEFAULT, TenantRegistry
@@ -491,6 +491,17 @@ def test_a_malformed_quota_in_the_tenants_file_is_refused(tmp_path):
 def test_serve_refuses_commit_limits_outside_the_protocol(tmp_path):
     with pytest.raises(SystemExit, match="max_commit_blobs must be between 1 and 4096"):
         cli_main(["serve", "--tenants", str(tmp_path / "t.json"), "--max-commit-blobs", "5000"])
+
+
+def test_the_staging_timeout_is_a_checked_setting(tmp_path, registry):
+    args = ["serve", "--tenants", str(tmp_path / "t.json")]
+    assert build_parser().parse_args(args).staging_timeout == 3600.0
+    assert build_parser().parse_args([*args, "--staging-timeout", "90"]).staging_timeout == 90.0
+    with pytest.raises(SystemExit, match="staging_timeout must be finite and >= 0"):
+        cli_main([*args, "--staging-timeout", "-1"])
+    for bad in (float("inf"), float("nan"), "60"):
+        with pytest.raises(ValueError, match="staging_timeout"):
+            BlobServer(MemoryStorage(), Authenticator(registry), staging_timeout=bad)
 
 
 def test_stats_command_on_sqlite(tmp_path, capsys):
