@@ -117,6 +117,10 @@ def test_staged_blobs_are_named_and_unused_ones_released():
     assert plan.garbage == [b"g" * 16, *dropped, b"d" * 16]
     with pytest.raises(IntegrityError, match="one id must never name two contents"):
         plan_commit({next(iter(kept)): b"other length"}, b"r", [], pending, SMALL)
+    # An id whose stage had an unknown outcome, passed again, is sent again, not released.
+    again = {b"d" * 16: b"x"}
+    plan = plan_commit(again, b"r", [], pending, SMALL)
+    assert plan.inline == again and b"d" * 16 not in plan.garbage
 
 
 def test_only_a_blob_past_the_per_blob_limit_or_too_many_ids_is_refused():

@@ -169,7 +169,10 @@ def plan_commit(
                 "one id must never name two contents"
             )
     used = set(reused)
-    released = [i for i in pending.staged if i not in used] + sorted(pending.doubtful)
+    # A doubtful id sent again is staged again (or refused as existing), never released:
+    # a blob must not be made live and named garbage by one commit.
+    released = [i for i in pending.staged if i not in used]
+    released += sorted(pending.doubtful.difference(blobs))
     garbage = [*garbage, *released]
     chunks = _chunks(fresh, limits)
     inline: list[tuple[bytes, bytes]] = []
