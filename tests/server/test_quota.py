@@ -275,7 +275,7 @@ def test_a_transaction_larger_than_a_request_is_streamed(serve):
         assert server.server.total_requests - requests == 7
         assert counted(client)[0] - trips == 7
         payload = 50 * (16 + 100)
-        overhead = 7 * 16 + 8 + 48 * 18  # frames, the seq, the named ids
+        overhead = 7 * 16 + 8 + 48 * 16  # frames, the seq, the named ids
         assert counted(client)[1] - sent == payload + 50 + overhead
         assert client.get_blobs("main", list(blobs)) == blobs
         stats = client.server_stats("main")

@@ -76,7 +76,7 @@ def test_a_20_mb_commit_of_10000_blobs_goes_out_in_small_requests(dep):
         # the last 16 blobs, the root and the 9,984 staged ids; each one round trip.
         assert client.counters.round_trips - trips == 40
         staged = 39 * MAX_COMMIT_BLOBS
-        expected = 40 * 16 + 10_000 * (16 + 2000) + 8 + 100 + staged * 18
+        expected = 40 * 16 + 10_000 * (16 + 2000) + 8 + 100 + staged * 16
         assert client.counters.bytes_sent - sent == expected
         assert client.get_blobs("bulk", list(blobs)) == blobs
         stats = client.server_stats("bulk")

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from blob_server.storage.base import CommitResult, RootRecord
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.transport.staging import (
-    ID_OVERHEAD,
     REFUSALS,
     Pending,
     RequestLimits,
@@ -146,7 +145,7 @@ class Transport(abc.ABC):
         if result.ok:
             pending.forget()  # live, or released as garbage
         sent = 8 + len(root) + sum(len(k) + len(v) for k, v in plan.inline.items())
-        sent += (len(plan.staged) + len(plan.garbage)) * ID_OVERHEAD
+        sent += sum(map(len, plan.staged)) + sum(map(len, plan.garbage))
         self._account(sent, 8 + len(result.root.data))
         return result
 
