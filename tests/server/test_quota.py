@@ -19,6 +19,7 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.auth import Authenticator
+from blob_server.exceptions import NotStagedError
 from blob_server.cli import build_parser, parse_size
 from blob_server.cli import main as cli_main
 from blob_server.server import BlobServer
@@ -370,6 +371,15 @@ def test_staged_ids_of_another_tenant_or_database_cannot_be_committed(serve):
         assert answer.result[0] == protocol.NOT_STAGED
         assert wire.call("get_blobs", {"database": database, "ids": [blob]}).result["blobs"] == {}
     assert beta.call("stats", {"database": "main"}).result["tenant"]["blobs"] == 0
+    # A client of beta that believes it staged the blob: NotStagedError, nothing changed.
+    client = transport(server, "beta", KEY_B)
+    try:
+        client._staged.of("main").add({blob: b"acme's"})
+        with pytest.raises(NotStagedError, match="not_staged"):
+            client.commit("main", expected_seq=0, root=b"r", blobs={blob: b"acme's"})
+        assert client.get_root("main").seq == 0
+    finally:
+        client.close()
     assert acme.call("commit", commit_args(0, {}) | {"staged": [blob]}).result["ok"]
     acme.close()
     beta.close()

@@ -75,7 +75,7 @@ class CommitPlan:
     of ``inline`` blobs naming ``staged`` and ``garbage`` ids."""
 
     stages: list[dict[bytes, bytes]]
-    inline: dict[bytes, bytes]
+    inline: Mapping[bytes, bytes]
     staged: list[bytes]
     garbage: list[bytes]
 
@@ -150,6 +150,16 @@ def plan_commit(
         raise CommitTooLargeError(
             f"the root is {len(root)} bytes; the store accepts at most {limits.blob} per blob"
         )
+    if not pending.staged and not pending.doubtful:
+        # The usual commit: nothing staged before, and it fits one request. Checked by
+        # sums in C, not per blob in Python (4,096 blobs: 0.2 ms instead of 1.7).
+        sizes = list(map(len, blobs.values()))
+        if (
+            max(sizes, default=0) <= limits.blob
+            and limits.fits(len(sizes), sum(sizes) + len(root), len(garbage))
+            and len(garbage) <= limits.ids
+        ):
+            return CommitPlan([], blobs, [], garbage)
     reused: list[bytes] = []
     fresh: list[tuple[bytes, bytes]] = []
     for blob_id, data in blobs.items():
