@@ -19,9 +19,9 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.auth import Authenticator
-from blob_server.exceptions import NotStagedError
 from blob_server.cli import build_parser, parse_size
 from blob_server.cli import main as cli_main
+from blob_server.exceptions import NotStagedError
 from blob_server.server import BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
 from blob_server.tenants import DEFAULT, TenantRegistry
