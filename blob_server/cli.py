@@ -32,7 +32,7 @@ from typing import Any
 
 from blob_server import protocol
 from blob_server.exceptions import StorageError
-from blob_server.storage.base import MAX_QUOTA, Quota
+from blob_server.storage.base import DEFAULT_STAGING_TIMEOUT, MAX_QUOTA, Quota
 from blob_server.tenants import DEFAULT, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
@@ -205,14 +205,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_size,
         default=protocol.MAX_RESPONSE_BLOB_BYTES,
         metavar="SIZE",
-        help="most bytes of blobs and root in one commit (default: 48M; at most 64M)",
+        help="most bytes of blobs (and root) in one commit or stage request (default: 48M; "
+        "at most 64M). It bounds one request, not a transaction: clients send a larger "
+        "one in several stage requests",
     )
     serve.add_argument(
         "--max-commit-blobs",
         type=parse_count,
         default=protocol.MAX_IDS_PER_REQUEST,
         metavar="N",
-        help=f"most new blobs in one commit (default and most: {protocol.MAX_IDS_PER_REQUEST})",
+        help="most new blobs in one commit or stage request (default and most: "
+        f"{protocol.MAX_IDS_PER_REQUEST}); like --max-commit-bytes, it bounds a request, "
+        "not a transaction",
+    )
+    serve.add_argument(
+        "--staging-timeout",
+        type=float,
+        default=DEFAULT_STAGING_TIMEOUT,
+        metavar="SECONDS",
+        help="delete staged blobs that no commit made live within this many seconds (a "
+        "client that died mid-upload); longer than any transaction's upload (default: "
+        f"{DEFAULT_STAGING_TIMEOUT:.0f})",
     )
 
     add_tenant = sub.add_parser(
@@ -265,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stats",
         help="print each tenant's usage",
         description="Print each tenant's usage (blobs; bytes of blobs, roots and keyrings), "
-        "its quota and its databases (seq, blobs, blob bytes, pending garbage), read from "
+        "its quota and its databases (seq, blobs, blob bytes, garbage waiting for "
+        "collection, staged blobs no commit has made live yet), read from "
         "the storage. Tenants come from the tenants file and, for SQLite, the store itself; "
         "Redis keeps no names, so its databases are listed by their opaque tag.",
     )
@@ -337,6 +351,7 @@ def serve(args: argparse.Namespace) -> int:
             default_quota=Quota(args.default_max_bytes, args.default_max_blobs),
             max_commit_blobs=args.max_commit_blobs,
             max_commit_bytes=args.max_commit_bytes,
+            staging_timeout=args.staging_timeout,
         )
     except (ValueError, StorageError) as exc:
         storage.close()
@@ -431,6 +446,7 @@ def stats(args: argparse.Namespace) -> int:
                             "blobs": db.blobs,
                             "bytes": db.bytes,
                             "garbage": db.garbage,
+                            "staged": db.staged,
                         }
                         for db in usage.per_database
                     ],
@@ -445,7 +461,8 @@ def stats(args: argparse.Namespace) -> int:
         json.dump({"server_id": registry.server_id, "tenants": report}, sys.stdout, indent=2)
         print()
         return 0
-    rows = [("tenant", "database", "seq", "blobs", "bytes", "garbage", "max_blobs", "max_bytes")]
+    header = ("tenant", "database", "seq", "blobs", "bytes", "garbage", "staged")
+    rows = [(*header, "max_blobs", "max_bytes")]
     for entry in report:
         count = len(entry["databases"])
         rows.append(
@@ -455,6 +472,7 @@ def stats(args: argparse.Namespace) -> int:
                 "",
                 str(entry["blobs"]),
                 str(entry["bytes"]),
+                "",
                 "",
                 _show_limit(entry["max_blobs"]),
                 _show_limit(entry["max_bytes"]),
@@ -469,6 +487,7 @@ def stats(args: argparse.Namespace) -> int:
                     str(db["blobs"]),
                     str(db["bytes"]),
                     str(db["garbage"]),
+                    str(db["staged"]),
                     "",
                     "",
                 )

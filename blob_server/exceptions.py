@@ -13,6 +13,12 @@ class BlobExistsError(StorageError):
     """A commit tried to write a blob id that already exists (blobs are write-once)."""
 
 
+class NotStagedError(StorageError):
+    """A commit named a staged blob id that is not pending for its (tenant, database):
+    never staged there, already made live, released as garbage, or collected after the
+    staging timeout. Nothing was changed."""
+
+
 class InvalidRequestError(StorageError):
     """An argument is malformed: wrong type, wrong id length, negative count, ..."""
 

@@ -52,8 +52,13 @@ MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_PREAUTH_FRAME_BYTES: Final = 64 * 1024
 #: Largest single blob or root the server accepts in a commit.
 MAX_BLOB_BYTES: Final = 32 * 1024 * 1024
-#: Most blob ids in one get_blobs request, or new blobs / garbage ids in one commit.
+#: Most blob ids in one get_blobs request, or new blobs in one commit or stage.
 MAX_IDS_PER_REQUEST: Final = 4096
+#: Most staged and garbage ids (together) one commit may name: a transaction staged in
+#: many requests is committed by one. At 18 bytes an id on the wire they take at most
+#: 18 MiB, so they fit a frame beside a root of ``MAX_BLOB_BYTES``; 2**20 ids of 16 KiB
+#: nodes are 16 GiB of blobs.
+MAX_COMMIT_IDS: Final = 2**20
 #: A get_blobs answer stops adding blobs past this many bytes and defers the rest.
 MAX_RESPONSE_BLOB_BYTES: Final = 48 * 1024 * 1024
 #: Request ids are unsigned 63-bit integers.
@@ -86,6 +91,7 @@ AUTH_FAILED: Final = "auth_failed"
 RATE_LIMITED: Final = "rate_limited"
 BLOB_EXISTS: Final = "blob_exists"
 QUOTA: Final = "quota"
+NOT_STAGED: Final = "not_staged"
 TOO_LARGE: Final = "too_large"
 BUSY: Final = "busy"
 UNAVAILABLE: Final = "unavailable"

@@ -27,11 +27,20 @@ the root every time). A subscriber that stops reading (more than ``PUSH_BUFFER_L
 unsent bytes) is disconnected rather than skipped: a silently missed push would make
 its client trust a stale root.
 
-Limits: a commit may carry at most ``max_commit_blobs`` new blobs and
-``max_commit_bytes`` of blobs + root (``too_large`` otherwise: the frame limit alone
-would let one commit hold Redis' single thread for a 64 MiB script), and every write is
-checked against the tenant's quota (tenants file, else the server's ``default_quota``)
-inside the storage's atomic write (``quota`` answers say what is used and allowed).
+Limits: one request (a ``commit`` or a ``stage``) may carry at most
+``max_commit_blobs`` new blobs and ``max_commit_bytes`` of blobs + root (``too_large``
+otherwise: the frame limit alone would let one request hold Redis' single thread for a
+64 MiB script). They bound a request, not a user's transaction: a client whose
+transaction is larger stages its blobs in several ``stage`` requests and then commits
+naming them (``staged``), so no legitimate transaction is refused for its size. A
+request holding a single item (one blob in a stage, a root alone in a commit) is never
+refused for its bytes, only past the per-blob limit. The login answer tells the client
+the limits, so it never needs a round trip to learn them. Every write is checked
+against the tenant's quota (tenants file, else the server's ``default_quota``) inside the
+storage's atomic write (``quota`` answers say what is used and allowed); staged blobs
+count from the moment they are staged. Pending blobs no commit claims within
+``staging_timeout`` seconds (a client died mid-upload) are deleted by the garbage
+collection task, and their usage given back.
 
 Logs are ``key=value`` lines and never contain blob contents, roots, keyrings or
 signatures: only ops, sizes, counts, peers and tenants.
@@ -54,12 +63,13 @@ from blob_server.auth import Authenticator, Challenge, LoginRefusedError
 from blob_server.exceptions import (
     BlobExistsError,
     InvalidRequestError,
+    NotStagedError,
     QuotaExceededError,
     StorageUnavailableError,
 )
 from blob_server.storage import Storage
-from blob_server.storage.base import BLOB_ID_SIZE, NO_QUOTA, Quota
-from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids
+from blob_server.storage.base import BLOB_ID_SIZE, DEFAULT_STAGING_TIMEOUT, NO_QUOTA, Quota
+from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
 DEFAULT_MAX_CONNECTIONS = 256
 # One address may not hold more than this many connections, and a connection must log in
@@ -70,10 +80,10 @@ LOGIN_DEADLINE = 10.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
-#: Most new blobs in one commit (at most the protocol's ids per request).
+#: Most new blobs in one commit or stage request (at most the protocol's ids per request).
 DEFAULT_MAX_COMMIT_BLOBS = protocol.MAX_IDS_PER_REQUEST
-#: Most bytes of new blobs + root in one commit: as much as a get_blobs answer carries,
-#: leaving room in the 64 MiB frame for the rest of the request.
+#: Most bytes of new blobs (+ root) in one commit or stage request: as much as a get_blobs
+#: answer carries, leaving room in the 64 MiB frame for the rest of the request.
 DEFAULT_MAX_COMMIT_BYTES = protocol.MAX_RESPONSE_BLOB_BYTES
 #: A subscriber with more unsent bytes than this (one largest answer and then some) is
 #: not reading: it is disconnected instead of being sent more pushes.
@@ -160,11 +170,9 @@ def _database(args: dict) -> str:
     return name
 
 
-def _id_list(value: list, what: str) -> list[bytes]:
-    if len(value) > protocol.MAX_IDS_PER_REQUEST:
-        raise RequestError(
-            protocol.TOO_LARGE, f"at most {protocol.MAX_IDS_PER_REQUEST} {what} per request"
-        )
+def _id_list(value: list, what: str, limit: int = protocol.MAX_IDS_PER_REQUEST) -> list[bytes]:
+    if len(value) > limit:
+        raise RequestError(protocol.TOO_LARGE, f"at most {limit} {what} per request")
     if not are_blob_ids(value):
         raise RequestError(protocol.BAD_REQUEST, f"{what} must be {BLOB_ID_SIZE}-byte ids")
     return value
@@ -191,6 +199,7 @@ class BlobServer:
         default_quota: Quota = NO_QUOTA,
         max_commit_blobs: int = DEFAULT_MAX_COMMIT_BLOBS,
         max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
+        staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
     ) -> None:
         if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
             protocol.MAX_IDS_PER_REQUEST
@@ -202,6 +211,10 @@ class BlobServer:
             protocol.MAX_FRAME_BYTES
         ):
             raise ValueError(f"max_commit_bytes must be between 1 and {protocol.MAX_FRAME_BYTES}")
+        try:
+            self.staging_timeout = check_retention(staging_timeout, "staging_timeout")
+        except InvalidRequestError as exc:
+            raise ValueError(str(exc)) from None
         self.storage = storage
         self.push = push
         self.default_quota = default_quota
@@ -234,6 +247,7 @@ class BlobServer:
             "get_blobs": self._op_get_blobs,
             "get_root": self._op_get_root,
             "commit": self._op_commit,
+            "stage": self._op_stage,
             "allocate_ids": self._op_allocate_ids,
             "get_keyring": self._op_get_keyring,
             "put_keyring": self._op_put_keyring,
@@ -277,12 +291,22 @@ class BlobServer:
     async def _collect_garbage(self) -> None:
         while True:
             await asyncio.sleep(self.gc_interval)
-            try:
-                deleted = await asyncio.to_thread(self.storage.collect_garbage)
-                if deleted:
-                    log_event(logging.INFO, "garbage_collected", blobs=deleted)
-            except Exception as exc:
-                log_event(logging.ERROR, "garbage_failed", error=type(exc).__name__)
+            await self.collect_garbage()
+
+    async def collect_garbage(self) -> int:
+        """Run one garbage collection, as the task does every ``gc_interval`` seconds:
+        delete garbage past its retention and staged blobs past ``staging_timeout``.
+        Return how many blobs were deleted; a failure is logged (the task goes on)."""
+        try:
+            deleted = await asyncio.to_thread(
+                self.storage.collect_garbage, staging_timeout=self.staging_timeout
+            )
+        except Exception as exc:
+            log_event(logging.ERROR, "garbage_failed", error=type(exc).__name__)
+            return 0
+        if deleted:
+            log_event(logging.INFO, "garbage_collected", blobs=deleted)
+        return deleted
 
     # -- connections -----------------------------------------------------------------------
 
@@ -449,6 +473,8 @@ class BlobServer:
             raise RequestError(protocol.BAD_REQUEST, str(exc)) from None
         except QuotaExceededError as exc:
             raise RequestError(protocol.QUOTA, str(exc)) from None
+        except NotStagedError as exc:
+            raise RequestError(protocol.NOT_STAGED, str(exc)) from None
         except StorageUnavailableError as exc:
             log_event(logging.ERROR, "storage_unavailable", error=type(exc).__name__)
             raise RequestError(protocol.UNAVAILABLE, "storage unavailable") from None
@@ -490,7 +516,13 @@ class BlobServer:
             tenant=tenant,
             key=public_key.hex()[:16],
         )
-        return {"tenant": tenant}
+        # The per-request limits, so that the client splits a large transaction into
+        # stage requests that fit without a round trip to ask for them.
+        limits = {
+            "max_commit_blobs": self.max_commit_blobs,
+            "max_commit_bytes": self.max_commit_bytes,
+        }
+        return {"tenant": tenant, "limits": limits}
 
     async def _op_ping(self, session: Session, args: dict) -> object:
         _args(args, {})
@@ -527,32 +559,68 @@ class BlobServer:
         root = await self._storage(self.storage.get_root, session.tenant, _database(args))
         return {"seq": root.seq, "data": root.data}
 
-    async def _op_commit(self, session: Session, args: dict) -> object:
-        _args(
-            args,
-            {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
-        )
-        blobs = args["blobs"]
+    def _check_new_blobs(self, op: str, blobs: dict, root: bytes | None = None) -> None:
+        """Check the new blobs of one ``commit`` (with its ``root``) or ``stage`` request
+        against the per-request limits. A request of a single item (one blob staged, a
+        root committed alone) may exceed ``max_commit_bytes``: it cannot be split, so
+        only the per-blob limit bounds it."""
         if len(blobs) > self.max_commit_blobs:
             raise RequestError(
                 protocol.TOO_LARGE,
-                f"commit of {len(blobs)} blobs exceeds the limit of {self.max_commit_blobs} "
-                "blobs per commit",
+                f"{op} of {len(blobs)} blobs exceeds the limit of {self.max_commit_blobs} "
+                "blobs per request",
             )
         _id_list(list(blobs), "blob ids")
         for data in blobs.values():
             if type(data) is not bytes or len(data) > protocol.MAX_BLOB_BYTES:
                 raise RequestError(protocol.BAD_REQUEST, "a blob is not bytes or too large")
-        if len(args["root"]) > protocol.MAX_BLOB_BYTES:
-            raise RequestError(protocol.TOO_LARGE, "root too large")
-        size = len(args["root"]) + sum(map(len, blobs.values()))
-        if size > self.max_commit_bytes:
+        items = len(blobs) + (root is not None)
+        size = sum(map(len, blobs.values())) + len(root or b"")
+        if size > self.max_commit_bytes and items > 1:
+            what = "blobs and root" if root is not None else "blobs"
             raise RequestError(
                 protocol.TOO_LARGE,
-                f"commit of {size} bytes (blobs and root) exceeds the limit of "
-                f"{self.max_commit_bytes} bytes per commit",
+                f"{op} of {size} bytes ({what}) exceeds the limit of {self.max_commit_bytes} "
+                "bytes per request",
             )
-        garbage = _id_list(args["garbage"], "garbage ids")
+
+    async def _op_stage(self, session: Session, args: dict) -> object:
+        """Store blobs as pending for a later commit of the same database (``staged``)."""
+        _args(args, {"database": str, "blobs": dict})
+        blobs = args["blobs"]
+        self._check_new_blobs("stage", blobs)
+        database = _database(args)
+        await self._storage_async(
+            self.storage.astage(session.tenant, database, blobs, quota=self._quota(session.tenant))
+        )
+        log_event(
+            logging.DEBUG,
+            "stage",
+            conn=session.conn_id,
+            tenant=session.tenant,
+            blobs=len(blobs),
+            bytes=sum(map(len, blobs.values())),
+        )
+        return {"staged": len(blobs)}
+
+    async def _op_commit(self, session: Session, args: dict) -> object:
+        _args(
+            args,
+            {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
+            {"staged": list},
+        )
+        blobs = args["blobs"]
+        if len(args["root"]) > protocol.MAX_BLOB_BYTES:
+            raise RequestError(protocol.TOO_LARGE, "root too large")
+        self._check_new_blobs("commit", blobs, args["root"])
+        staged = args.get("staged", [])
+        if len(staged) + len(args["garbage"]) > protocol.MAX_COMMIT_IDS:
+            raise RequestError(
+                protocol.TOO_LARGE,
+                f"at most {protocol.MAX_COMMIT_IDS} staged and garbage ids per commit",
+            )
+        staged = _id_list(staged, "staged ids", protocol.MAX_COMMIT_IDS)
+        garbage = _id_list(args["garbage"], "garbage ids", protocol.MAX_COMMIT_IDS)
         database = _database(args)
         result = await self._storage_async(
             self.storage.acommit(
@@ -563,6 +631,7 @@ class BlobServer:
                 blobs=blobs,
                 garbage=garbage,
                 quota=self._quota(session.tenant),
+                staged=staged,
             )
         )
         log_event(
@@ -573,6 +642,7 @@ class BlobServer:
             ok=result.ok,
             seq=result.root.seq,
             blobs=len(blobs),
+            staged=len(staged),
             garbage=len(garbage),
         )
         if result.ok:

@@ -61,9 +61,11 @@ class QuotaExceededError(ZeroDBError):
 
 
 class CommitTooLargeError(ZeroDBError):
-    """A commit has more new blobs or bytes than the blob server accepts in one commit
-    (``serve --max-commit-blobs/--max-commit-bytes``); nothing was written. Split the
-    transaction into smaller ones."""
+    """A single blob or root is larger than the store accepts at all (32 MiB on a blob
+    server), or a commit would name more than 2**20 staged and garbage ids; nothing was
+    written. A transaction merely larger than one request is never refused: its blobs
+    are staged in several requests (``serve --max-commit-blobs/--max-commit-bytes`` bound
+    a request, not a transaction)."""
 
 
 class NotSupportedError(ZeroDBError):

@@ -19,6 +19,7 @@ from blob_server.exceptions import StorageUnavailableError
 from blob_server.storage.base import (
     BLOB_ID_SIZE,
     DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
     EMPTY_ROOT,
     MAX_QUOTA,
     NO_QUOTA,
@@ -36,6 +37,7 @@ from blob_server.storage.sqlite import SQLiteStorage
 __all__ = [
     "BLOB_ID_SIZE",
     "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_STAGING_TIMEOUT",
     "EMPTY_ROOT",
     "MAX_QUOTA",
     "NO_QUOTA",

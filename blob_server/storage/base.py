@@ -14,6 +14,16 @@ a few dozen bytes each and are not counted). A blob counts until garbage collect
 deletes it, so garbage still inside its retention window is counted. The limits are not
 stored here: the server passes the tenant's ``Quota`` with each write, so changing a
 quota needs no storage migration and the embedded store (no quota) pays nothing.
+
+Staging: a transaction too large for one request is sent as several. ``stage`` writes
+blobs that no root reaches yet and records them as *pending* (with the time); a later
+``commit`` of the same (tenant, database) names them in ``staged`` and makes them live
+atomically with its root swap. Pending blobs are stored blobs: they count toward the
+quota from the moment they are staged, and ``get_blobs`` answers them by id like any
+other (only the stager knows the random ids). A pending blob that no commit claims
+within the staging timeout (its client died, or gave up) is deleted by
+``collect_garbage``, and its usage given back; a commit that names a pending id as
+garbage releases it at once (it then waits out the garbage retention like any other).
 """
 
 from __future__ import annotations
@@ -30,6 +40,10 @@ T = TypeVar("T")
 
 BLOB_ID_SIZE = 16
 DEFAULT_RETENTION_SECONDS = 600.0
+#: How long a staged blob may stay pending before garbage collection deletes it: far
+#: longer than any upload of one transaction, short enough that a dead client's orphans
+#: do not hold a tenant's quota for long.
+DEFAULT_STAGING_TIMEOUT = 3600.0
 #: Largest quota: limits and usage travel through Redis' Lua as doubles, exact to 2**53.
 MAX_QUOTA = 2**53
 
@@ -83,15 +97,17 @@ class DatabaseUsage:
     blobs: int
     bytes: int  # sealed blob bytes of this database (not its root or keyrings)
     garbage: int  # blobs waiting for garbage collection
+    staged: int = 0  # pending blobs: staged, not yet made live by a commit
 
 
 @dataclass(frozen=True, slots=True)
 class TenantUsage:
     """What a tenant stores: the figures its quota is checked against.
 
-    ``bytes`` is sealed blobs + roots + keyring slots; ``databases`` counts the databases
-    with a root or a keyring slot; ``per_database`` is filled only on request (it costs
-    one query per database, or a scan of the blobs on SQLite).
+    ``bytes`` is sealed blobs (pending ones included) + roots + keyring slots;
+    ``databases`` counts the databases with a root, a keyring slot or pending blobs;
+    ``per_database`` is filled only on request (it costs one query per database, or a
+    scan of the blobs on SQLite).
     """
 
     blobs: int
@@ -130,8 +146,9 @@ class CommitResult:
 class Storage(abc.ABC):
     """Write-once blobs, one root per database, atomic commits, id blocks, garbage.
 
-    Implementations must make :meth:`commit` atomic: either every new blob is written, the
-    root is swapped and the garbage recorded, or nothing changes.
+    Implementations must make :meth:`commit` and :meth:`stage` atomic: either every new
+    blob is written, the staged blobs made live, the root swapped and the garbage
+    recorded (or every blob staged), or nothing changes.
     """
 
     @abc.abstractmethod
@@ -153,15 +170,37 @@ class Storage(abc.ABC):
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
         quota: Quota = NO_QUOTA,
+        staged: Sequence[bytes] = (),
     ) -> CommitResult:
-        """Atomically write ``blobs``, set the root to ``root`` with ``seq = expected_seq + 1``
-        and record ``garbage`` (ids the new root no longer reaches), if the current seq is
-        ``expected_seq``. Otherwise change nothing and return the current root.
+        """Atomically write ``blobs``, make the ``staged`` blobs live (they stop being
+        pending), set the root to ``root`` with ``seq = expected_seq + 1`` and record
+        ``garbage`` (ids the new root no longer reaches; a pending id named there is
+        released), if the current seq is ``expected_seq``. Otherwise change nothing and
+        return the current root (staged blobs stay pending, so a retry can name them).
 
-        Raises ``BlobExistsError`` (changing nothing) if any new blob id already exists,
-        then ``QuotaExceededError`` (changing nothing) if the new blobs and the growth of
-        the root would take the tenant past ``quota``. The seq is checked first, so a stale
-        commit is answered with the current root whatever else is wrong with it.
+        Raises, changing nothing: ``BlobExistsError`` if any new blob id already exists
+        (live or pending), then ``NotStagedError`` if a staged id is not pending for this
+        (tenant, database), then ``QuotaExceededError`` if the new blobs and the growth of
+        the root would take the tenant past ``quota`` (staged blobs were counted when
+        staged). The seq is checked first, so a stale commit is answered with the current
+        root whatever else is wrong with it.
+        """
+
+    @abc.abstractmethod
+    def stage(
+        self,
+        tenant: str,
+        database: str,
+        blobs: Mapping[bytes, bytes],
+        *,
+        quota: Quota = NO_QUOTA,
+    ) -> None:
+        """Write ``blobs`` as pending: stored (and counted toward ``quota``) but reached by
+        no root until a commit of the same (tenant, database) names them in ``staged``.
+
+        Raises, changing nothing: ``BlobExistsError`` if any id already exists (live or
+        pending), then ``QuotaExceededError`` if the blobs would take the tenant past
+        ``quota``.
         """
 
     @abc.abstractmethod
@@ -194,13 +233,20 @@ class Storage(abc.ABC):
         unlimited store)."""
 
     @abc.abstractmethod
-    def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
-        """Delete blobs that became garbage more than ``retention`` seconds ago; return
-        how many were deleted."""
+    def collect_garbage(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION_SECONDS,
+        staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
+    ) -> int:
+        """Delete blobs that became garbage more than ``retention`` seconds ago and
+        pending blobs staged more than ``staging_timeout`` seconds ago, giving their
+        usage back; return how many blobs were deleted."""
 
     @abc.abstractmethod
     def stats(self, tenant: str, database: str) -> dict[str, int]:
-        """Return at least ``seq``, ``blobs``, ``bytes`` and ``garbage`` (pending) counts."""
+        """Return at least ``seq``, ``blobs`` and ``bytes`` (pending blobs included),
+        ``garbage`` (blobs waiting for collection) and ``staged`` (pending blobs)."""
 
     @abc.abstractmethod
     def usage(self, tenant: str, *, detail: bool = False) -> TenantUsage:
@@ -246,6 +292,7 @@ class Storage(abc.ABC):
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
         quota: Quota = NO_QUOTA,
+        staged: Sequence[bytes] = (),
     ) -> CommitResult:
         """:meth:`commit` for an asyncio caller."""
         return await self._on_loop(
@@ -257,7 +304,19 @@ class Storage(abc.ABC):
             blobs=blobs,
             garbage=garbage,
             quota=quota,
+            staged=staged,
         )
+
+    async def astage(
+        self,
+        tenant: str,
+        database: str,
+        blobs: Mapping[bytes, bytes],
+        *,
+        quota: Quota = NO_QUOTA,
+    ) -> None:
+        """:meth:`stage` for an asyncio caller."""
+        await self._on_loop(self.stage, tenant, database, blobs, quota=quota)
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release what the asynchronous read path holds (called on the event loop)."""

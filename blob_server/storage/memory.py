@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from blob_server.exceptions import BlobExistsError
+from blob_server.exceptions import BlobExistsError, NotStagedError
 from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
     EMPTY_ROOT,
     NO_QUOTA,
     CommitResult,
@@ -32,8 +33,9 @@ class _Database:
     """Everything stored for one (tenant, database)."""
 
     root: RootRecord = EMPTY_ROOT
-    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    blobs: dict[bytes, bytes] = field(default_factory=dict)  # live and pending
     garbage: dict[bytes, float] = field(default_factory=dict)  # id -> time it became garbage
+    pending: dict[bytes, float] = field(default_factory=dict)  # staged id -> time staged
     counters: dict[str, int] = field(default_factory=dict)  # name -> next free value
     keyrings: dict[str, bytes] = field(default_factory=dict)
 
@@ -96,26 +98,64 @@ class MemoryStorage(Storage):
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
         quota: Quota = NO_QUOTA,
+        staged: Sequence[bytes] = (),
     ) -> CommitResult:
-        """Write blobs, swap the root and record garbage, or change nothing (see base)."""
+        """Write blobs, make the staged ones live, swap the root and record garbage, or
+        change nothing (see base)."""
         v.check_scope(tenant, database)
-        seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
+        seq, root_data, pairs, dead, claimed = v.check_commit(
+            expected_seq, root, blobs, garbage, staged
+        )
         with self._lock:
             db = self._state(tenant, database)
             if db.root.seq != seq:
                 return CommitResult(False, db.root)
-            for blob_id, _ in pairs:
-                if blob_id in db.blobs:
-                    raise BlobExistsError(f"blob {blob_id.hex()} already exists")
+            self._check_new(db, pairs)
+            for blob_id in claimed:
+                if blob_id not in db.pending:
+                    raise NotStagedError(f"blob {blob_id.hex()} is not staged")
             added = sum(len(data) for _, data in pairs) + len(root_data) - len(db.root.data)
             quota.check(tenant, *self._used(tenant), len(pairs), added)
             self._add_usage(tenant, len(pairs), added)
             db.blobs.update(pairs)
+            for blob_id in claimed:
+                del db.pending[blob_id]
             now = self._clock()
             for blob_id in dead:
+                db.pending.pop(blob_id, None)  # a pending blob named garbage is released
                 db.garbage.setdefault(blob_id, now)
             db.root = RootRecord(seq + 1, root_data)
             return CommitResult(True, db.root)
+
+    def stage(
+        self,
+        tenant: str,
+        database: str,
+        blobs: Mapping[bytes, bytes],
+        *,
+        quota: Quota = NO_QUOTA,
+    ) -> None:
+        """Write blobs as pending, or change nothing (see base)."""
+        v.check_scope(tenant, database)
+        pairs = v.check_blobs(blobs)
+        if not pairs:
+            return
+        with self._lock:
+            db = self._state(tenant, database)
+            self._check_new(db, pairs)
+            added = sum(len(data) for _, data in pairs)
+            quota.check(tenant, *self._used(tenant), len(pairs), added)
+            self._add_usage(tenant, len(pairs), added)
+            db.blobs.update(pairs)
+            now = self._clock()
+            db.pending.update((blob_id, now) for blob_id, _ in pairs)
+
+    @staticmethod
+    def _check_new(db: _Database, pairs: list[tuple[bytes, bytes]]) -> None:
+        """Raise ``BlobExistsError`` if a new blob's id is taken (live or pending)."""
+        for blob_id, _ in pairs:
+            if blob_id in db.blobs:
+                raise BlobExistsError(f"blob {blob_id.hex()} already exists")
 
     def allocate_ids(self, tenant: str, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of ``sequence``; return the first."""
@@ -161,23 +201,32 @@ class MemoryStorage(Storage):
             keyrings[name] = data
             return True
 
-    def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
-        """Delete blobs that became garbage at least ``retention`` seconds ago."""
-        cutoff = self._clock() - v.check_retention(retention)
+    def collect_garbage(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION_SECONDS,
+        staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
+    ) -> int:
+        """Delete blobs that became garbage at least ``retention`` seconds ago and pending
+        blobs staged at least ``staging_timeout`` seconds ago."""
+        now = self._clock()
+        cutoff = now - v.check_retention(retention)
+        stale = now - v.check_retention(staging_timeout, "staging_timeout")
         deleted = 0
         with self._lock:
             for (tenant, _), db in self._databases.items():
-                due = [i for i, since in db.garbage.items() if since <= cutoff]
-                for blob_id in due:
-                    del db.garbage[blob_id]
-                    data = db.blobs.pop(blob_id, None)
-                    if data is not None:
-                        deleted += 1
-                        self._add_usage(tenant, -1, -len(data))
+                for since_by_id, limit in ((db.garbage, cutoff), (db.pending, stale)):
+                    due = [i for i, since in since_by_id.items() if since <= limit]
+                    for blob_id in due:
+                        del since_by_id[blob_id]
+                        data = db.blobs.pop(blob_id, None)
+                        if data is not None:
+                            deleted += 1
+                            self._add_usage(tenant, -1, -len(data))
         return deleted
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
-        """Return seq, blob count, blob bytes, pending garbage, counters and keyrings."""
+        """Return seq, blob count, blob bytes, garbage, staged, counters and keyrings."""
         with self._lock:
             db = self._peek(tenant, database) or _Database()
             return {
@@ -185,6 +234,7 @@ class MemoryStorage(Storage):
                 "blobs": len(db.blobs),
                 "bytes": sum(map(len, db.blobs.values())),
                 "garbage": len(db.garbage),
+                "staged": len(db.pending),
                 "counters": len(db.counters),
                 "keyrings": len(db.keyrings),
             }
@@ -197,7 +247,7 @@ class MemoryStorage(Storage):
             mine = sorted(
                 (database, db)
                 for (owner, database), db in self._databases.items()
-                if owner == tenant and (db.root.seq or db.keyrings)
+                if owner == tenant and (db.root.seq or db.keyrings or db.pending)
             )
             per_database = tuple(
                 DatabaseUsage(
@@ -206,6 +256,7 @@ class MemoryStorage(Storage):
                     len(db.blobs),
                     sum(map(len, db.blobs.values())),
                     len(db.garbage),
+                    len(db.pending),
                 )
                 for database, db in mine
                 if detail

@@ -20,6 +20,10 @@ Why it looks the way it does:
   ``usage``, updated in the transaction of every write and garbage collection, so a quota
   check reads one row instead of summing the tenant's blobs. Schema version 2 added it;
   a version 1 file gets the table filled from its data when it is first opened.
+* **Staged blobs** are rows of ``blobs`` like any other, plus a row of ``staged`` (scope,
+  id, time staged) while they are pending. Schema version 3 added the table; an older
+  file gets it, empty, when first opened (older code refuses a version 3 file, which it
+  would otherwise leave pending blobs in for ever).
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from blob_server.exceptions import BlobExistsError, StorageUnavailableError
+from blob_server.exceptions import BlobExistsError, NotStagedError, StorageUnavailableError
 from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
     EMPTY_ROOT,
     NO_QUOTA,
     CommitResult,
@@ -45,7 +50,7 @@ from blob_server.storage.base import (
     TenantUsage,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Blobs are rowid tables on purpose: WITHOUT ROWID is meant for small rows, and 16 KiB
 # blobs would bloat the primary key b-tree. The (scope, id) primary key is the lookup index.
@@ -87,6 +92,13 @@ CREATE TABLE IF NOT EXISTS garbage (
     PRIMARY KEY (scope, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS garbage_since ON garbage (since);
+CREATE TABLE IF NOT EXISTS staged (
+    scope INTEGER NOT NULL,
+    id BLOB NOT NULL,
+    since REAL NOT NULL,
+    PRIMARY KEY (scope, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS staged_since ON staged (since);
 CREATE TABLE IF NOT EXISTS usage (
     tenant TEXT PRIMARY KEY,
     blobs INTEGER NOT NULL,
@@ -316,31 +328,34 @@ class SQLiteStorage(Storage):
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
         quota: Quota = NO_QUOTA,
+        staged: Sequence[bytes] = (),
     ) -> CommitResult:
-        """Write blobs, swap the root and record garbage in one transaction (see base).
+        """Write blobs, make the staged ones live, swap the root and record garbage in one
+        transaction (see base).
 
         The seq is checked first, so a stale commit is answered with the current root even
         if it also repeats an existing blob id.
         """
         tenant, database = v.check_scope(tenant, database)
-        seq, root_data, pairs, dead = v.check_commit(expected_seq, root, blobs, garbage)
+        seq, root_data, pairs, dead, claimed = v.check_commit(
+            expected_seq, root, blobs, garbage, staged
+        )
         with self._errors(), self._write() as conn:
             scope = self._create_scope(conn, tenant, database)
             current = self._read_root(conn, scope)
             if current.seq != seq:
                 conn.execute("ROLLBACK")
                 return CommitResult(False, current)
-            try:
-                conn.executemany(
-                    "INSERT INTO blobs (scope, id, data) VALUES (?, ?, ?)",
-                    [(scope, blob_id, data) for blob_id, data in pairs],
-                )
-            except sqlite3.IntegrityError:
-                # Roll back first: the failed INSERT may have written some of our own rows,
-                # which would otherwise be mistaken for the colliding ones.
-                conn.execute("ROLLBACK")
-                existing = self._first_existing(conn, scope, [i for i, _ in pairs])
-                raise BlobExistsError(f"blob {existing} already exists") from None
+            self._insert_blobs(conn, scope, pairs)
+            if claimed:
+                done = conn.executemany(
+                    "DELETE FROM staged WHERE scope = ? AND id = ?",
+                    [(scope, blob_id) for blob_id in claimed],
+                ).rowcount
+                if done != len(claimed):
+                    conn.execute("ROLLBACK")
+                    missing = self._first(conn, "staged", scope, claimed, present=False)
+                    raise NotStagedError(f"blob {missing} is not staged")
             added = sum(len(data) for _, data in pairs) + len(root_data) - len(current.data)
             self._count(conn, tenant, quota, len(pairs), added)  # may raise: rolled back
             now = self._clock()
@@ -351,12 +366,61 @@ class SQLiteStorage(Storage):
                 (scope, seq + 1, root_data, now),
             )
             if dead:
+                if conn.execute(
+                    "SELECT 1 FROM staged WHERE scope = ? LIMIT 1", (scope,)
+                ).fetchone():
+                    # A pending blob named garbage is released (collected after retention).
+                    conn.executemany(
+                        "DELETE FROM staged WHERE scope = ? AND id = ?",
+                        [(scope, blob_id) for blob_id in dead],
+                    )
                 conn.executemany(
                     "INSERT OR IGNORE INTO garbage (scope, id, since) VALUES (?, ?, ?)",
                     [(scope, blob_id, now) for blob_id in dead],
                 )
         self._remember_scope(tenant, database, scope)
         return CommitResult(True, RootRecord(seq + 1, root_data))
+
+    def stage(
+        self,
+        tenant: str,
+        database: str,
+        blobs: Mapping[bytes, bytes],
+        *,
+        quota: Quota = NO_QUOTA,
+    ) -> None:
+        """Write blobs and their ``staged`` rows in one transaction (see base)."""
+        tenant, database = v.check_scope(tenant, database)
+        pairs = v.check_blobs(blobs)
+        if not pairs:
+            return
+        with self._errors(), self._write() as conn:
+            scope = self._create_scope(conn, tenant, database)
+            self._insert_blobs(conn, scope, pairs)
+            self._count(conn, tenant, quota, len(pairs), sum(len(data) for _, data in pairs))
+            now = self._clock()
+            conn.executemany(
+                "INSERT INTO staged (scope, id, since) VALUES (?, ?, ?)",
+                [(scope, blob_id, now) for blob_id, _ in pairs],
+            )
+        self._remember_scope(tenant, database, scope)
+
+    def _insert_blobs(
+        self, conn: sqlite3.Connection, scope: int, pairs: list[tuple[bytes, bytes]]
+    ) -> None:
+        """Insert new blobs (inside a write); an id already taken rolls back and raises
+        ``BlobExistsError``."""
+        try:
+            conn.executemany(
+                "INSERT INTO blobs (scope, id, data) VALUES (?, ?, ?)",
+                [(scope, blob_id, data) for blob_id, data in pairs],
+            )
+        except sqlite3.IntegrityError:
+            # Roll back first: the failed INSERT may have written some of our own rows,
+            # which would otherwise be mistaken for the colliding ones.
+            conn.execute("ROLLBACK")
+            existing = self._first(conn, "blobs", scope, [i for i, _ in pairs], present=True)
+            raise BlobExistsError(f"blob {existing} already exists") from None
 
     @staticmethod
     def _count(conn: sqlite3.Connection, tenant: str, quota: Quota, blobs: int, size: int) -> None:
@@ -370,14 +434,18 @@ class SQLiteStorage(Storage):
             conn.execute(_ADD_USAGE, (tenant, blobs, size))
 
     @staticmethod
-    def _first_existing(conn: sqlite3.Connection, scope: int, ids: list[bytes]) -> str:
-        """Name an id that already exists, for the error message (after the rollback)."""
+    def _first(
+        conn: sqlite3.Connection, table: str, scope: int, ids: list[bytes], *, present: bool
+    ) -> str:
+        """Name the first id that is (or is not) in ``table``, for the error message of a
+        transaction already rolled back."""
         for blob_id in ids:
-            if conn.execute(
-                "SELECT 1 FROM blobs WHERE scope = ? AND id = ?", (scope, blob_id)
-            ).fetchone():
+            found = conn.execute(
+                f"SELECT 1 FROM {table} WHERE scope = ? AND id = ?", (scope, blob_id)
+            ).fetchone()
+            if bool(found) == present:
                 return blob_id.hex()
-        return "?"  # pragma: no cover - IntegrityError implies a duplicate
+        return "?"  # pragma: no cover - the failed statement implies one
 
     def allocate_ids(self, tenant: str, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of ``sequence``; return the first."""
@@ -441,49 +509,64 @@ class SQLiteStorage(Storage):
         self._remember_scope(tenant, database, scope)
         return True
 
-    def collect_garbage(self, *, retention: float = DEFAULT_RETENTION_SECONDS) -> int:
-        """Delete blobs that became garbage at least ``retention`` seconds ago.
+    def collect_garbage(
+        self,
+        *,
+        retention: float = DEFAULT_RETENTION_SECONDS,
+        staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
+    ) -> int:
+        """Delete blobs that became garbage at least ``retention`` seconds ago and pending
+        blobs staged at least ``staging_timeout`` seconds ago.
 
         Works in batches of a few thousand rows, one short transaction each, so commits
         from other processes are not held up behind a large collection.
         """
-        cutoff = self._clock() - v.check_retention(retention)
-        deleted = 0
+        now = self._clock()
+        cutoff = now - v.check_retention(retention)
+        stale = now - v.check_retention(staging_timeout, "staging_timeout")
         with self._errors():
-            while True:
-                with self._write() as conn:
-                    # The size of each due blob (NULL if it does not exist) and its tenant,
-                    # so usage goes down in the same transaction as the blobs.
-                    rows = conn.execute(
-                        "SELECT g.scope, g.id, length(b.data), s.tenant FROM garbage g "
-                        "JOIN scopes s ON s.scope = g.scope "
-                        "LEFT JOIN blobs b ON b.scope = g.scope AND b.id = g.id "
-                        "WHERE g.since <= ? LIMIT ?",
-                        (cutoff, _GC_BATCH),
-                    ).fetchall()
-                    due = [(scope, blob_id) for scope, blob_id, _, _ in rows]
-                    freed: dict[str, list[int]] = {}  # tenant -> [blobs, bytes]
-                    for _, _, size, tenant in rows:
-                        if size is not None:
-                            counts = freed.setdefault(tenant, [0, 0])
-                            counts[0] += 1
-                            counts[1] += size
-                    conn.executemany("DELETE FROM blobs WHERE scope = ? AND id = ?", due)
-                    conn.executemany("DELETE FROM garbage WHERE scope = ? AND id = ?", due)
-                    conn.executemany(
-                        _ADD_USAGE, [(tenant, -n, -size) for tenant, (n, size) in freed.items()]
-                    )
-                    deleted += sum(n for n, _ in freed.values())
-                if len(due) < _GC_BATCH:
-                    return deleted
+            return self._collect("garbage", cutoff) + self._collect("staged", stale)
+
+    def _collect(self, table: str, cutoff: float) -> int:
+        """Delete the blobs whose row in ``table`` (garbage or staged) is older than
+        ``cutoff``, with those rows; return how many blobs were deleted."""
+        deleted = 0
+        while True:
+            with self._write() as conn:
+                # The size of each due blob (NULL if it does not exist) and its tenant,
+                # so usage goes down in the same transaction as the blobs.
+                rows = conn.execute(
+                    f"SELECT t.scope, t.id, length(b.data), s.tenant FROM {table} t "
+                    "JOIN scopes s ON s.scope = t.scope "
+                    "LEFT JOIN blobs b ON b.scope = t.scope AND b.id = t.id "
+                    "WHERE t.since <= ? LIMIT ?",
+                    (cutoff, _GC_BATCH),
+                ).fetchall()
+                due = [(scope, blob_id) for scope, blob_id, _, _ in rows]
+                freed: dict[str, list[int]] = {}  # tenant -> [blobs, bytes]
+                for _, _, size, tenant in rows:
+                    if size is not None:
+                        counts = freed.setdefault(tenant, [0, 0])
+                        counts[0] += 1
+                        counts[1] += size
+                conn.executemany("DELETE FROM blobs WHERE scope = ? AND id = ?", due)
+                conn.executemany(f"DELETE FROM {table} WHERE scope = ? AND id = ?", due)
+                conn.executemany(
+                    _ADD_USAGE, [(tenant, -n, -size) for tenant, (n, size) in freed.items()]
+                )
+                deleted += sum(n for n, _ in freed.values())
+            if len(due) < _GC_BATCH:
+                return deleted
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
-        """Return seq, blob count, blob bytes, pending garbage, counters and keyrings.
+        """Return seq, blob count, blob bytes, garbage, staged, counters and keyrings.
 
         Counts are computed, not maintained: O(blobs of the database), meant for
         dashboards and tests, not for every request.
         """
-        result = {"seq": 0, "blobs": 0, "bytes": 0, "garbage": 0, "counters": 0, "keyrings": 0}
+        result = dict.fromkeys(
+            ("seq", "blobs", "bytes", "garbage", "staged", "counters", "keyrings"), 0
+        )
         with self._errors():
             conn = self._connection()
             scope = self._scope(conn, tenant, database)
@@ -496,7 +579,7 @@ class SQLiteStorage(Storage):
                     "SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs WHERE scope = ?",
                     (scope,),
                 ).fetchone()
-                for table in ("garbage", "counters", "keyrings"):
+                for table in ("garbage", "staged", "counters", "keyrings"):
                     (result[table],) = conn.execute(
                         f"SELECT count(*) FROM {table} WHERE scope = ?", (scope,)
                     ).fetchone()
@@ -519,7 +602,8 @@ class SQLiteStorage(Storage):
                 scopes = conn.execute(
                     "SELECT scope, database FROM scopes s WHERE tenant = ? AND ("
                     "EXISTS (SELECT 1 FROM roots r WHERE r.scope = s.scope) OR "
-                    "EXISTS (SELECT 1 FROM keyrings k WHERE k.scope = s.scope)) "
+                    "EXISTS (SELECT 1 FROM keyrings k WHERE k.scope = s.scope) OR "
+                    "EXISTS (SELECT 1 FROM staged t WHERE t.scope = s.scope)) "
                     "ORDER BY database",
                     (tenant,),
                 ).fetchall()
@@ -529,11 +613,14 @@ class SQLiteStorage(Storage):
                         "WHERE scope = ?",
                         (scope,),
                     ).fetchone()
-                    (garbage,) = conn.execute(
-                        "SELECT count(*) FROM garbage WHERE scope = ?", (scope,)
-                    ).fetchone()
+                    garbage, staged = (
+                        conn.execute(
+                            f"SELECT count(*) FROM {table} WHERE scope = ?", (scope,)
+                        ).fetchone()[0]
+                        for table in ("garbage", "staged")
+                    )
                     seq = self._read_root(conn, scope).seq
-                    per_database.append(DatabaseUsage(database, seq, blobs, size, garbage))
+                    per_database.append(DatabaseUsage(database, seq, blobs, size, garbage, staged))
             finally:
                 conn.execute("COMMIT")
         blobs, size = row or (0, 0)

@@ -15,6 +15,10 @@ from blob_server.storage.base import BLOB_ID_SIZE
 
 MAX_NAME_LENGTH = 255
 MAX_IDS_PER_REQUEST = 100_000
+#: Most staged ids, and most garbage ids, one commit may name: a transaction staged in
+#: many requests is committed by one, which names every blob it staged (2**20 ids of
+#: 16 KiB nodes are 16 GiB of blobs).
+MAX_COMMIT_IDS = 2**20
 MAX_BLOB_SIZE = 64 * 1024 * 1024
 MAX_ALLOCATE = 1_000_000
 
@@ -68,44 +72,51 @@ def check_int(value: object, what: str, *, low: int, high: int) -> int:
     return value
 
 
-def check_ids(ids: object, what: str = "ids") -> list[bytes]:
-    """Return a collection of blob ids, deduplicated, in first-seen order.
+def check_ids(ids: object, what: str = "ids", *, limit: int = MAX_IDS_PER_REQUEST) -> list[bytes]:
+    """Return a collection of at most ``limit`` blob ids, deduplicated, in first-seen order.
 
     A lone ``bytes`` is refused: iterating it would yield ints, and a caller who meant
     ``[blob_id]`` deserves an error, not an empty answer.
     """
     if isinstance(ids, bytes | bytearray | str) or not isinstance(ids, Iterable):
         raise InvalidRequestError(f"{what} must be a collection of blob ids")
-    if isinstance(ids, Sized) and len(ids) > MAX_IDS_PER_REQUEST:
-        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} {what} per request")
+    if isinstance(ids, Sized) and len(ids) > limit:
+        raise InvalidRequestError(f"at most {limit} {what} per request")
     ids = list(ids)
     if not are_blob_ids(ids):
         for i in ids:
             check_blob_id(i)  # raises, naming the first bad id's fault
     checked = list(dict.fromkeys(ids))
-    if len(checked) > MAX_IDS_PER_REQUEST:
-        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} {what} per request")
+    if len(checked) > limit:
+        raise InvalidRequestError(f"at most {limit} {what} per request")
     return checked
 
 
-def check_commit(
-    expected_seq: object, root: object, blobs: object, garbage: object
-) -> tuple[int, bytes, list[tuple[bytes, bytes]], list[bytes]]:
-    """Return the checked arguments of a commit: seq, root, (id, data) pairs, garbage ids."""
-    seq = check_int(expected_seq, "expected_seq", low=0, high=2**62)
-    root_data = check_data(root, "root")
+def check_blobs(blobs: object) -> list[tuple[bytes, bytes]]:
+    """Return the (id, data) pairs of a mapping of new blobs (a commit's or a stage's)."""
     if not isinstance(blobs, Mapping):
         raise InvalidRequestError("blobs must be a mapping of blob id to bytes")
     if len(blobs) > MAX_IDS_PER_REQUEST:
-        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} blobs per commit")
-    pairs = [(check_blob_id(k), check_data(v, "blob")) for k, v in blobs.items()]
-    return seq, root_data, pairs, check_ids(garbage, "garbage ids")
+        raise InvalidRequestError(f"at most {MAX_IDS_PER_REQUEST} blobs per request")
+    return [(check_blob_id(k), check_data(v, "blob")) for k, v in blobs.items()]
 
 
-def check_retention(value: object) -> float:
+def check_commit(
+    expected_seq: object, root: object, blobs: object, garbage: object, staged: object = ()
+) -> tuple[int, bytes, list[tuple[bytes, bytes]], list[bytes], list[bytes]]:
+    """Return the checked arguments of a commit: seq, root, (id, data) pairs, garbage ids
+    and staged ids."""
+    seq = check_int(expected_seq, "expected_seq", low=0, high=2**62)
+    root_data = check_data(root, "root")
+    pairs = check_blobs(blobs)
+    dead = check_ids(garbage, "garbage ids", limit=MAX_COMMIT_IDS)
+    return seq, root_data, pairs, dead, check_ids(staged, "staged ids", limit=MAX_COMMIT_IDS)
+
+
+def check_retention(value: object, what: str = "retention") -> float:
     """Return ``value`` as a float if it is a non-negative finite number of seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequestError(f"retention must be a number, not {type(value).__name__}")
+        raise InvalidRequestError(f"{what} must be a number, not {type(value).__name__}")
     if not 0 <= value < float("inf"):
-        raise InvalidRequestError(f"retention must be finite and >= 0, not {value}")
+        raise InvalidRequestError(f"{what} must be finite and >= 0, not {value}")
     return float(value)

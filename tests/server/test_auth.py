@@ -70,7 +70,10 @@ def test_valid_login_then_storage_calls(wire):
     w = wire()
     assert refused(w.call("get_root", {"database": "main"}), protocol.UNAUTHENTICATED)
     answer, _ = w.login("acme", KEY_A)
-    assert answer.ok and answer.result == {"tenant": "acme"}
+    # The answer tells the client the per-request limits, so it splits large commits
+    # without asking.
+    limits = {"max_commit_blobs": 4096, "max_commit_bytes": 48 * 1024 * 1024}
+    assert answer.ok and answer.result == {"tenant": "acme", "limits": limits}
     root = w.call("get_root", {"database": "main"})
     assert root.ok and root.result == {"seq": 0, "data": b""}
     assert refused(w.call("login", {}), protocol.BAD_REQUEST)  # no second login
@@ -251,6 +254,41 @@ def test_session_is_bound_to_its_tenant(wire):
             "commit",
             {"database": "m", "expected_seq": 0, "root": b"", "blobs": {b"k": 1}, "garbage": []},
             protocol.BAD_REQUEST,
+        ),
+        (
+            "commit",
+            {"database": "m", "expected_seq": 0, "root": b"", "blobs": {}, "garbage": []}
+            | {"staged": [b"short"]},
+            protocol.BAD_REQUEST,
+        ),
+        (
+            "commit",
+            {"database": "m", "expected_seq": 0, "root": b"", "blobs": {}, "garbage": []}
+            | {"staged": b"x" * 16},
+            protocol.BAD_REQUEST,
+        ),
+        (
+            "commit",
+            {"database": "m", "expected_seq": 0, "root": b"", "blobs": {}, "garbage": []}
+            | {"staged": [b"x" * 16] * (protocol.MAX_COMMIT_IDS + 1)},
+            protocol.TOO_LARGE,
+        ),
+        (
+            "commit",
+            {"database": "m", "expected_seq": 0, "root": b"", "blobs": {}, "garbage": []}
+            | {"staged": [os.urandom(16)]},  # never staged
+            protocol.NOT_STAGED,
+        ),
+        ("stage", {"database": "m", "blobs": {b"k": b"v"}}, protocol.BAD_REQUEST),
+        ("stage", {"database": "m", "blobs": {b"k" * 16: 1}}, protocol.BAD_REQUEST),
+        ("stage", {"database": "m", "blobs": [b"k" * 16]}, protocol.BAD_REQUEST),
+        ("stage", {"database": "", "blobs": {}}, protocol.BAD_REQUEST),
+        ("stage", {"blobs": {}}, protocol.BAD_REQUEST),
+        ("stage", {"database": "m", "blobs": {}, "tenant": "beta"}, protocol.BAD_REQUEST),
+        (
+            "stage",
+            {"database": "m", "blobs": {i.to_bytes(16, "big"): b"" for i in range(4097)}},
+            protocol.TOO_LARGE,
         ),
         (
             "put_keyring",

@@ -70,6 +70,7 @@ STORAGE_OPS = {
     "get_blobs",
     "get_root",
     "commit",
+    "stage",
     "allocate_ids",
     "get_keyring",
     "put_keyring",
@@ -87,6 +88,7 @@ REFUSALS = {
     protocol.AUTH_FAILED,
     protocol.RATE_LIMITED,
     protocol.BLOB_EXISTS,
+    protocol.NOT_STAGED,
     protocol.TOO_LARGE,
 }
 MAX_NAME = 255  # blob_server.storage.validation.MAX_NAME_LENGTH
@@ -356,6 +358,15 @@ def blob_ids(max_size: int = 6):
     )
 
 
+new_blobs = st.one_of(
+    st.dictionaries(st.binary(min_size=16, max_size=16), st.binary(max_size=64), max_size=4),
+    st.dictionaries(
+        st.one_of(st.binary(max_size=20), st.text(max_size=4)),
+        st.one_of(st.binary(max_size=8), scalars),
+        max_size=3,
+    ),
+    st.just({i.to_bytes(16, "big"): b"" for i in range(4097)}),
+)
 names = st.one_of(
     st.sampled_from(["main", "fz", "db-1", "a" * MAX_NAME, "a" * (MAX_NAME + 1), "", "a\x00b"]),
     st.text(max_size=40),
@@ -396,20 +407,14 @@ SPECS: dict[str, dict[str, st.SearchStrategy]] = {
         "database": names,
         "expected_seq": st.one_of(st.integers(0, 3), ints),
         "root": st.binary(max_size=64),
-        "blobs": st.one_of(
-            st.dictionaries(
-                st.binary(min_size=16, max_size=16), st.binary(max_size=64), max_size=4
-            ),
-            st.dictionaries(
-                st.one_of(st.binary(max_size=20), st.text(max_size=4)),
-                st.one_of(st.binary(max_size=8), scalars),
-                max_size=3,
-            ),
-            st.just({i.to_bytes(16, "big"): b"" for i in range(4097)}),
-        ),
+        "blobs": new_blobs,
         "garbage": blob_ids(),
+        "staged": blob_ids(),
     },
+    "stage": {"database": names, "blobs": new_blobs},
 }
+#: Argument names an operation accepts but does not require.
+OPTIONAL = {"commit": {"staged"}}
 EXTRA_NAMES = st.one_of(
     st.sampled_from(["tenant", "user", "database ", "id", ""]), st.text(max_size=8)
 )
@@ -441,11 +446,19 @@ def _name(value: object) -> bool:
     return type(value) is str and 0 < len(value) <= MAX_NAME and "\x00" not in value
 
 
-def _ids(value: object) -> bool:
+def _ids(value: object, limit: int = protocol.MAX_IDS_PER_REQUEST) -> bool:
     return (
         type(value) is list
-        and len(value) <= protocol.MAX_IDS_PER_REQUEST
+        and len(value) <= limit
         and all(type(i) is bytes and len(i) == 16 for i in value)
+    )
+
+
+def _new_blobs(blobs: object) -> bool:
+    return (
+        type(blobs) is dict
+        and _ids(list(blobs))
+        and all(type(data) is bytes for data in blobs.values())
     )
 
 
@@ -456,7 +469,7 @@ def _int(value: object, low: int, high: int) -> bool:
 def accepted(op: str, args: dict) -> bool:
     """Whether the protocol accepts these arguments (after login)."""
     spec = SPECS[op]
-    if set(args) != set(spec):
+    if not set(spec) - OPTIONAL.get(op, set()) <= set(args) <= set(spec):
         return False
     if "database" in spec and not _name(args["database"]):
         return False
@@ -473,15 +486,17 @@ def accepted(op: str, args: dict) -> bool:
             and (args["expected"] is None or type(args["expected"]) is bytes)
         )
     if op == "commit":
-        blobs = args["blobs"]
+        staged = args.get("staged", [])
         return (
             _int(args["expected_seq"], 0, 2**62)
             and type(args["root"]) is bytes
-            and type(blobs) is dict
-            and _ids(list(blobs))
-            and all(type(data) is bytes for data in blobs.values())
-            and _ids(args["garbage"])
+            and _new_blobs(args["blobs"])
+            and _ids(args["garbage"], protocol.MAX_COMMIT_IDS)
+            and _ids(staged, protocol.MAX_COMMIT_IDS)
+            and len(staged) + len(args["garbage"]) <= protocol.MAX_COMMIT_IDS
         )
+    if op == "stage":
+        return _new_blobs(args["blobs"])
     return True  # challenge, hello, ping, get_root, stats, subscribe: names checked above
 
 
@@ -508,9 +523,14 @@ def check_answer(op: str, args: dict, answer: protocol.Response, *, authenticate
         assert code == protocol.UNAUTHENTICATED, (op, args, answer.result)
     elif accepted(op, args):
         # The only refusals a well-formed request may meet: an id repeated from an
-        # earlier commit, or one subscription too many on this connection.
-        allowed = {"commit": protocol.BLOB_EXISTS, "subscribe": protocol.TOO_LARGE}
-        assert answer.ok or code == allowed.get(op), (op, args, answer.result)
+        # earlier commit or stage, a staged id that is not pending (random ids never
+        # are), or one subscription too many on this connection.
+        allowed = {
+            "commit": {protocol.BLOB_EXISTS, protocol.NOT_STAGED},
+            "stage": {protocol.BLOB_EXISTS},
+            "subscribe": {protocol.TOO_LARGE},
+        }
+        assert answer.ok or code in allowed.get(op, ()), (op, args, answer.result)
     else:
         assert code in (protocol.BAD_REQUEST, protocol.TOO_LARGE), (op, args, answer.result)
 
@@ -667,7 +687,7 @@ def check_login(target: Target, how: str, name: str, value: object, n: int) -> N
             args["signature"] = bytes(signature)
         answer = conn.call("login", args)
         if how in ("none", "replay"):
-            assert answer.ok and answer.result == {"tenant": FUZZ_TENANT}, answer.result
+            assert answer.ok and answer.result["tenant"] == FUZZ_TENANT, answer.result
             again = conn.call("login", args)
             assert again.result[0] == protocol.BAD_REQUEST  # one login per connection
             assert conn.call("get_root", {"database": "fz"}).ok

@@ -5,7 +5,8 @@ TLS, a default quota and a commit limit; tenants, keys and quotas made with the 
 1. a tenant commits until its quota refuses (``QuotaExceededError``), and
    ``zerodb-server stats --redis`` reports exactly what Redis holds for it, byte for byte;
    ``set-quota`` lifts the limit without a restart;
-2. a transaction past ``--max-commit-blobs`` raises ``CommitTooLargeError``;
+2. a transaction past ``--max-commit-blobs`` is streamed (stage requests, then the
+   commit naming them) and commits;
 3. the key file was pinned to the server at its first login, and another server (valid
    certificate, same tenant and key registered) is refused, naming both ids.
 """
@@ -21,7 +22,7 @@ from blob_server.storage.redis import RedisStorage
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import ServerProcess, run
 from tests.server.wire import self_signed_cert
-from zerodb_core import DB, AuthenticationError, CommitTooLargeError, QuotaExceededError
+from zerodb_core import DB, AuthenticationError, QuotaExceededError
 from zerodb_core.keyfile import KeyFile
 
 REDIS_DB = 11  # apart from the storage tests (0) and test_redis_e2e (9, 10)
@@ -140,19 +141,27 @@ def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment, r
         assert len(db[Employee].all()) == added + 1
 
 
-def test_a_commit_past_the_servers_limit(deployment):
+def test_a_transaction_past_the_servers_request_limit_is_streamed(deployment):
     with open_db(deployment, "beta") as db:
         db.add(Employee(name="One", surname="x", salary=1, description="small commit"))
         seq = db.transport.get_root("main").seq
+        before = db.transport.server_stats("main")["blobs"]
         bulk = [
             Employee(name=f"N{i}", surname=f"S{i}", salary=i, description="bulk " * 20)
             for i in range(2000)
         ]
-        too_large = pytest.raises(CommitTooLargeError, match=f"limit of {MAX_COMMIT_BLOBS} blobs")
-        with too_large, db.transaction():
+        trips = db.transport.counters.round_trips
+        with db.transaction():
             db.add(*bulk)
-        assert db.transport.get_root("main").seq == seq
-        assert len(db[Employee].all()) == 1
+        stats = db.transport.server_stats("main")
+        assert stats["seq"] == seq + 1 and stats["staged"] == 0
+        written = stats["blobs"] - before
+        assert written > MAX_COMMIT_BLOBS  # more than one request could carry
+        # At least one stage request per MAX_COMMIT_BLOBS new blobs, each counted.
+        assert db.transport.counters.round_trips - trips > written // MAX_COMMIT_BLOBS
+        assert len(db[Employee].all()) == 2001
+    with open_db(deployment, "beta") as cold:
+        assert sorted(e.salary for e in cold[Employee].all()) == sorted([1, *range(2000)])
 
 
 def test_the_key_file_is_pinned_and_another_server_refused(deployment):

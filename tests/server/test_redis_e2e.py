@@ -57,7 +57,7 @@ BATCH = 2_500
 N_MARKED = 300
 NAMES = ["Ann", "Bob", "Cleo", "Dan", "Eve"]
 WORDS = ["kernel", "payroll", "audit", "printer", "network", "alpha", "beta"]
-KEY_NAME = re.compile(rb"zdb:(ns|gc|\{[0-9a-f]{32}\}:(root|s|g|k|c|u|d|b:[0-9a-f]{32}))")
+KEY_NAME = re.compile(rb"zdb:(ns|gc|\{[0-9a-f]{32}\}:(root|s|g|p|k|c|u|d|b:[0-9a-f]{32}))")
 
 
 class RedisServerProcess(ServerProcess):

@@ -187,6 +187,54 @@ def test_garbage_collection_in_batches_honours_retention(redis_server, redis_sto
     assert client.scard(redis_backend.GC_SCOPES_KEY) == 1
 
 
+def test_staged_blobs_share_their_slot_and_orphans_are_collected_in_batches(
+    redis_server, redis_storage_factory
+):
+    clock = FakeClock()
+    store = redis_storage_factory(clock=clock)
+    size = redis_backend._GC_BATCH * 2 + 37  # several script runs
+    orphans = {new_id(): b"o" * 10 for _ in range(size)}
+    for start in range(0, size, 500):
+        store.stage(T, D, dict(list(orphans.items())[start : start + 500]))
+    kept = new_id()
+    store.stage(T, D, {kept: b"k"})
+    assert commit(store, 0, {}, garbage=[new_id()], staged=[kept]).ok
+    scope = store._scope(T, D)
+    client = redis_server.client()
+    assert client.zcard(scope.pending) == size
+    assert {key_slot(k) for k in all_keys(redis_server) if scope.tag in k} == {
+        key_slot(scope.pending)
+    }
+    assert client.smembers(redis_backend.GC_SCOPES_KEY) == {scope.tag}
+
+    clock.now += 100
+    assert store.collect_garbage(retention=1000, staging_timeout=100) == size
+    assert store.get_blobs(T, D, list(orphans)) == {}
+    stats = store.stats(T, D)
+    assert (stats["blobs"], stats["bytes"], stats["staged"], stats["garbage"]) == (1, 1, 0, 1)
+    assert store.usage(T).blobs == 1
+    assert client.smembers(redis_backend.GC_SCOPES_KEY) == {scope.tag}  # garbage is left
+    clock.now += 1000
+    assert store.collect_garbage(retention=1000) == 0  # the garbage id was never written
+    assert client.scard(redis_backend.GC_SCOPES_KEY) == 0  # nothing left to visit
+    store.stage(T, D, {new_id(): b"s"})  # a stage registers the scope again
+    assert client.smembers(redis_backend.GC_SCOPES_KEY) == {scope.tag}
+
+
+def test_stages_reload_their_script_after_script_flush(redis_server, redis_storage):
+    first, second = new_id(), new_id()
+    redis_server.client().script_flush()
+    redis_storage.stage(T, D, {first: b"x"})
+
+    async def on_loop() -> None:
+        redis_server.client().script_flush()
+        await redis_storage.astage(T, D, {second: b"y"})
+        await redis_storage.aclose()
+
+    asyncio.run(on_loop())
+    assert commit(redis_storage, 0, {}, staged=[first, second]).ok
+
+
 def test_scripts_are_reloaded_after_script_flush(redis_server, redis_storage):
     assert commit(redis_storage, 0).ok
     redis_server.client().script_flush()
@@ -269,8 +317,10 @@ def test_a_redis_that_is_down_raises_storage_unavailable():
         lambda: store.get_blobs(T, D, [new_id()]),
         lambda: commit(store, 0),
         lambda: store.collect_garbage(),
+        lambda: store.stage(T, D, {new_id(): b"x"}),
         lambda: asyncio.run(store.aget_blobs(T, D, [new_id()])),
         lambda: asyncio.run(store.acommit(T, D, expected_seq=0, root=b"r", blobs={})),
+        lambda: asyncio.run(store.astage(T, D, {new_id(): b"x"})),
     ):
         with pytest.raises(StorageUnavailableError, match=re.escape(url)):
             call()

@@ -160,6 +160,7 @@ def test_a_file_from_before_quotas_gets_its_usage_counted(tmp_path):
     store.close()
     conn = sqlite3.connect(path)  # make it a version 1 file again
     conn.execute("DROP TABLE usage")
+    conn.execute("DROP TABLE staged")
     conn.execute("PRAGMA user_version=1")
     conn.commit()
     conn.close()
@@ -169,11 +170,35 @@ def test_a_file_from_before_quotas_gets_its_usage_counted(tmp_path):
         assert {name: reopened.usage(name) for name in (T, "second")} == expected
         assert reopened.tenant_names() == ["second", T]
         version = reopened._connection().execute("PRAGMA user_version").fetchone()[0]
-        assert version == 2
+        assert version == 3
     finally:
         reopened.close()
-    again = SQLiteStorage(path)  # a version 2 file is not counted twice
+    again = SQLiteStorage(path)  # a file already counted is not counted twice
     try:
         assert again.usage(T) == expected[T]
     finally:
         again.close()
+
+
+def test_a_file_from_before_staging_gets_the_staged_table(tmp_path):
+    """Schema 2 had no staged table: opening such a file adds it, and staging works."""
+    path = tmp_path / "v2.zdb"
+    store = SQLiteStorage(path)
+    store.commit(T, D, expected_seq=0, root=b"r", blobs={os.urandom(16): b"x"})
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE staged")
+    conn.execute("PRAGMA user_version=2")
+    conn.commit()
+    conn.close()
+
+    reopened = SQLiteStorage(path)
+    try:
+        blob = os.urandom(16)
+        reopened.stage(T, D, {blob: b"pending"})
+        assert reopened.stats(T, D)["staged"] == 1
+        assert reopened.commit(T, D, expected_seq=1, root=b"s", blobs={}, staged=[blob]).ok
+        assert reopened.usage(T).blobs == 2
+        assert reopened._connection().execute("PRAGMA user_version").fetchone()[0] == 3
+    finally:
+        reopened.close()

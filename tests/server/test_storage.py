@@ -11,6 +11,7 @@ import pytest
 from blob_server.exceptions import (
     BlobExistsError,
     InvalidRequestError,
+    NotStagedError,
     QuotaExceededError,
     StorageUnavailableError,
 )
@@ -48,9 +49,10 @@ def clock() -> FakeClock:
 
 
 class OnEventLoop:
-    """A storage whose ``commit`` and ``get_blobs`` go through ``acommit`` and
-    ``aget_blobs`` on an event loop of their own, as the server calls them; everything
-    else is the storage's. The whole contract then runs on the asynchronous path too."""
+    """A storage whose ``commit``, ``stage`` and ``get_blobs`` go through ``acommit``,
+    ``astage`` and ``aget_blobs`` on an event loop of their own, as the server calls them;
+    everything else is the storage's. The whole contract then runs on the asynchronous
+    path too."""
 
     def __init__(self, store: Storage) -> None:
         self.store = store
@@ -66,6 +68,9 @@ class OnEventLoop:
 
     def get_blobs(self, *args, **kwargs):
         return self._run(self.store.aget_blobs(*args, **kwargs))
+
+    def stage(self, *args, **kwargs):
+        return self._run(self.store.astage(*args, **kwargs))
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)
@@ -93,10 +98,14 @@ def storage(request, tmp_path, clock):
     store.close()
 
 
-def commit(store: Storage, seq: int, blobs=None, garbage=(), root=None, tenant=T, database=D):
+def commit(
+    store: Storage, seq: int, blobs=None, garbage=(), root=None, tenant=T, database=D, staged=()
+):
     blobs = {new_id(): os.urandom(32)} if blobs is None else blobs
     root = f"root-{seq + 1}".encode() if root is None else root
-    return store.commit(tenant, database, expected_seq=seq, root=root, blobs=blobs, garbage=garbage)
+    return store.commit(
+        tenant, database, expected_seq=seq, root=root, blobs=blobs, garbage=garbage, staged=staged
+    )
 
 
 # -- roots and commits -------------------------------------------------------------------
@@ -185,6 +194,175 @@ def test_threads_committing_with_retries_lose_nothing(storage):
         t.join()
     assert storage.get_root(T, D).seq == 100
     assert len(storage.get_blobs(T, D, written)) == 100
+
+
+# -- staging -----------------------------------------------------------------------------
+# A transaction too large for one request stages its blobs first (pending: stored, counted,
+# reached by no root) and its commit makes them live, atomically with the root swap.
+
+
+def stage(store: Storage, blobs: dict, tenant=T, database=D, quota: Quota | None = None):
+    return store.stage(tenant, database, blobs, **({} if quota is None else {"quota": quota}))
+
+
+def test_staged_blobs_become_live_with_the_commit(storage):
+    staged = {new_id(): b"s" * 100, new_id(): b"t" * 50}
+    inline = {new_id(): b"i" * 10}
+    assert stage(storage, staged) is None
+    stats = storage.stats(T, D)
+    assert (stats["seq"], stats["blobs"], stats["bytes"], stats["staged"]) == (0, 2, 150, 2)
+    assert storage.get_root(T, D) == EMPTY_ROOT  # nothing reaches them yet
+    assert storage.get_blobs(T, D, list(staged)) == staged  # readable by id, like any blob
+    assert commit(storage, 0, inline, root=b"r1", staged=list(staged)).ok
+    stats = storage.stats(T, D)
+    assert (stats["seq"], stats["blobs"], stats["bytes"], stats["staged"]) == (1, 3, 160, 0)
+    assert storage.get_blobs(T, D, [*staged, *inline]) == staged | inline
+    # Live now: naming them as staged again is refused, and so is staging them again.
+    with pytest.raises(NotStagedError):
+        commit(storage, 1, {}, staged=list(staged)[:1])
+    with pytest.raises(BlobExistsError):
+        stage(storage, {next(iter(staged)): b"again"})
+    assert stage(storage, {}) is None  # nothing to stage is no write at all
+    assert storage.stats(T, D)["staged"] == 0
+
+
+def test_an_unknown_staged_id_fails_the_commit_and_changes_nothing(storage):
+    commit(storage, 0, {}, root=b"r1")
+    pending = {new_id(): b"p" * 20 for _ in range(3)}
+    stage(storage, pending)
+    before = usage_of(storage)
+    unknown, fresh, dead = new_id(), new_id(), new_id()
+    with pytest.raises(NotStagedError, match=unknown.hex()):
+        commit(storage, 1, {fresh: b"f"}, garbage=[dead], root=b"r2", staged=[*pending, unknown])
+    assert storage.get_root(T, D) == RootRecord(1, b"r1")
+    assert storage.get_blobs(T, D, [fresh]) == {}
+    stats = storage.stats(T, D)
+    assert (stats["staged"], stats["garbage"]) == (3, 0)  # still pending, for a retry
+    assert usage_of(storage) == before
+    assert commit(storage, 1, {fresh: b"f"}, root=b"r2", staged=list(pending)).ok
+
+
+def test_a_staged_id_of_another_database_or_tenant_cannot_be_committed(storage):
+    blob = new_id()
+    stage(storage, {blob: b"mine"}, tenant="alice", database="db")
+    for tenant, database in [("alice", "db2"), ("bob", "db")]:
+        with pytest.raises(NotStagedError):
+            commit(storage, 0, {}, staged=[blob], tenant=tenant, database=database)
+        assert storage.get_root(tenant, database) == EMPTY_ROOT
+        assert storage.get_blobs(tenant, database, [blob]) == {}
+        assert storage.stats(tenant, database)["staged"] == 0
+    assert commit(storage, 0, {}, staged=[blob], tenant="alice", database="db").ok
+
+
+def test_a_stale_commit_keeps_its_staged_blobs_pending_for_the_retry(storage):
+    commit(storage, 0, {}, root=b"r1")
+    pending = {new_id(): b"p" * 30 for _ in range(4)}
+    stage(storage, pending)
+    ids = list(pending)
+    # The seq is checked first: a stale commit is answered with the current root even
+    # if a staged id is unknown.
+    result = commit(storage, 0, {}, root=b"stale", staged=[*ids, new_id()])
+    assert not result.ok and result.root == RootRecord(1, b"r1")
+    assert storage.stats(T, D)["staged"] == 4
+    # The retry reuses two of them and releases the other two as garbage.
+    assert commit(storage, 1, {}, root=b"r2", staged=ids[:2], garbage=ids[2:]).ok
+    stats = storage.stats(T, D)
+    assert (stats["staged"], stats["garbage"], stats["blobs"]) == (0, 2, 4)
+    with pytest.raises(NotStagedError):  # a released id is no longer pending
+        commit(storage, 2, {}, staged=ids[2:3])
+
+
+def test_a_taken_id_fails_the_stage_or_the_commit_and_changes_nothing(storage):
+    live, pending = new_id(), new_id()
+    commit(storage, 0, {live: b"live"}, root=b"r1")
+    stage(storage, {pending: b"pending"})
+    before = usage_of(storage), storage.stats(T, D)
+    for taken in (live, pending):
+        fresh = new_id()
+        with pytest.raises(BlobExistsError, match=taken.hex()):
+            stage(storage, {fresh: b"new", taken: b"overwrite"})
+        with pytest.raises(BlobExistsError, match=taken.hex()):
+            commit(storage, 1, {fresh: b"new", taken: b"overwrite"}, staged=[pending])
+        assert storage.get_blobs(T, D, [fresh, taken]) == {
+            taken: b"live" if taken == live else b"pending"
+        }
+    assert (usage_of(storage), storage.stats(T, D)) == before
+    # A new blob that already exists is reported before an unknown staged id.
+    with pytest.raises(BlobExistsError):
+        commit(storage, 1, {live: b"x"}, staged=[new_id()])
+
+
+def test_staged_blobs_count_toward_the_quota_when_staged(storage):
+    quota = Quota(max_bytes=1000, max_blobs=5)
+    first = {new_id(): b"a" * 300 for _ in range(3)}
+    stage(storage, first, quota=quota)
+    assert usage_of(storage) == (3, 900, 1)  # a database with pending blobs only
+    refused = {new_id(): b"b" * 60, new_id(): b"c" * 50}
+    with pytest.raises(QuotaExceededError, match="900 used, the write adds 110"):
+        stage(storage, refused, quota=quota)
+    assert storage.get_blobs(T, D, list(refused)) == {}
+    assert storage.stats(T, D)["staged"] == 3 and usage_of(storage)[:2] == (3, 900)
+    # Making them live adds nothing: only the root and the inline blob count now.
+    assert quota_commit(
+        storage, 0, {new_id(): b"i" * 90}, quota, root=b"r" * 10, staged=list(first)
+    ).ok
+    assert usage_of(storage)[:2] == (4, 1000)
+    with pytest.raises(QuotaExceededError, match="quota of 1000 bytes"):
+        stage(storage, {new_id(): b"x"}, quota=quota)
+    # An unknown staged id is reported before the quota.
+    with pytest.raises(NotStagedError):
+        quota_commit(storage, 1, {new_id(): b"y" * 500}, quota, staged=[new_id()])
+
+
+def test_pending_blobs_are_collected_after_the_staging_timeout(storage, clock):
+    orphans = {new_id(): b"o" * 40 for _ in range(3)}
+    kept = {new_id(): b"k" * 10}
+    stage(storage, orphans, database="one")
+    stage(storage, kept, database="two")
+    clock.now += 50
+    young = {new_id(): b"y" * 20}
+    stage(storage, young, database="one")
+    assert usage_of(storage) == (5, 150, 2)
+    assert storage.collect_garbage(staging_timeout=51) == 0
+    # Made live in time, a staged blob is never collected by the timeout.
+    assert commit(storage, 0, {}, root=b"", staged=list(kept), database="two").ok
+    assert storage.collect_garbage(staging_timeout=50) == 3  # exactly 50 s old is due
+    assert storage.get_blobs(T, "one", [*orphans, *young]) == young
+    assert storage.get_blobs(T, "two", list(kept)) == kept
+    assert usage_of(storage)[:2] == (2, 30)
+    assert storage.stats(T, "one")["staged"] == 1
+    with pytest.raises(NotStagedError):  # a collected orphan cannot be committed
+        commit(storage, 0, {}, staged=list(orphans)[:1], database="one")
+    clock.now += 3600
+    assert storage.collect_garbage() == 1  # the default timeout is an hour
+    assert usage_of(storage)[:2] == (1, 10) and storage.stats(T, "one")["staged"] == 0
+
+
+def test_a_released_pending_blob_waits_out_the_garbage_retention(storage, clock):
+    unused = new_id()
+    stage(storage, {unused: b"u" * 10})
+    assert commit(storage, 0, {}, root=b"", garbage=[unused]).ok
+    stats = storage.stats(T, D)
+    assert (stats["staged"], stats["garbage"], stats["blobs"]) == (0, 1, 1)
+    clock.now += 60
+    assert storage.collect_garbage(retention=61, staging_timeout=0) == 0
+    assert storage.collect_garbage(retention=60) == 1
+    assert usage_of(storage)[:2] == (0, 0)
+
+
+def test_bad_staging_arguments_are_refused(storage):
+    for blobs in ([(new_id(), b"x")], {new_id(): "text"}, {b"short": b"x"}, None):
+        with pytest.raises(InvalidRequestError):
+            stage(storage, blobs)
+    for staged in (new_id(), [b"short"], ["a" * 16], None):
+        with pytest.raises(InvalidRequestError):
+            commit(storage, 0, {}, staged=staged)
+    with pytest.raises(InvalidRequestError):
+        stage(storage, {new_id(): b"x"}, tenant="")
+    for timeout in [-1, float("nan"), float("inf"), "60", None]:
+        with pytest.raises(InvalidRequestError, match="staging_timeout"):
+            storage.collect_garbage(staging_timeout=timeout)
+    assert storage.get_root(T, D) == EMPTY_ROOT and usage_of(storage) == (0, 0, 0)
 
 
 # -- id blocks ---------------------------------------------------------------------------
@@ -470,6 +648,7 @@ def quota_commit(store: Storage, seq: int, blobs: dict, quota: Quota, root=b"", 
         blobs=blobs,
         garbage=kwargs.pop("garbage", ()),
         quota=quota,
+        staged=kwargs.pop("staged", ()),
     )
 
 

@@ -3,6 +3,11 @@
 The round trip is the unit of cost of this project (see docs/performance.md), so every
 transport counts round trips, bytes sent and bytes received the same way, and can add a
 fixed delay per round trip to make benchmarks show what a WAN would cost.
+
+A commit larger than one request of the store (``Transport.limits``) is streamed: its
+blobs go ahead in ``stage`` requests and the commit names them (see ``staging``). That
+happens here, once for every transport, so the embedded and the remote store behave
+alike and no legitimate transaction is refused for its size.
 """
 
 from __future__ import annotations
@@ -15,6 +20,13 @@ from dataclasses import dataclass
 
 from blob_server.storage.base import CommitResult, RootRecord
 from zerodb_core.exceptions import IntegrityError
+from zerodb_core.transport.staging import (
+    REFUSALS,
+    Pending,
+    RequestLimits,
+    StagedBlobs,
+    plan_commit,
+)
 
 # What a request costs on the wire besides its payload: op code, request id, lengths.
 FRAME_OVERHEAD = 16
@@ -53,15 +65,20 @@ class TransportCounters:
 
 
 class Transport(abc.ABC):
-    """One method per storage operation; each call is exactly one round trip.
+    """One method per storage operation; each call is exactly one round trip, except a
+    commit too large for one request (one round trip per stage request, then the commit).
 
-    Subclasses implement the ``_`` methods; the public methods count and delay, so the
-    accounting cannot differ between the embedded and the remote store.
+    Subclasses implement the ``_`` methods and ``limits``; the public methods count and
+    delay, so the accounting cannot differ between the embedded and the remote store.
     """
+
+    #: What one commit or stage request may carry (see ``staging.RequestLimits``).
+    limits: RequestLimits
 
     def __init__(self, *, delay: float = 0.0) -> None:
         self.counters = TransportCounters()
         self.delay = delay
+        self._staged = StagedBlobs()
         # Threads may share a transport (a pooled RemoteTransport runs their requests at
         # once): ``+=`` on an attribute is not atomic, so the counters take a lock.
         self._counters_lock = threading.Lock()
@@ -97,15 +114,58 @@ class Transport(abc.ABC):
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
     ) -> CommitResult:
-        """Commit atomically; on conflict the result carries the current root."""
-        garbage = list(garbage)
-        result = self._commit(
-            database, expected_seq=expected_seq, root=root, blobs=blobs, garbage=garbage
-        )
-        _checked_root(result.root)
-        sent = 8 + len(root) + sum(len(k) + len(v) for k, v in blobs.items())
-        self._account(sent + sum(map(len, garbage)), 8 + len(result.root.data))
+        """Commit atomically; on conflict the result carries the current root.
+
+        Blobs that do not fit one request go ahead in stage requests (each one counted
+        round trip), and the commit names them. A retry of the commit from the same
+        thread (after a conflict) names the blobs it staged before instead of sending
+        them again, and releases (as garbage) those it no longer uses. An error that
+        leaves the outcome unknown (``StoreUnavailableError``) forgets them: they may be
+        live now, and those that are not expire in the store.
+        """
+        pending = self._staged.of(database)
+        plan = plan_commit(blobs, root, list(garbage), pending, self.limits)
+        if plan.stages:
+            self._stage_all(database, plan.stages, pending)
+        try:
+            result = self._commit(
+                database,
+                expected_seq=expected_seq,
+                root=root,
+                blobs=plan.inline,
+                garbage=plan.garbage,
+                staged=plan.staged,
+            )
+            _checked_root(result.root)
+        except REFUSALS:
+            raise  # nothing changed: what was staged stays pending for the next commit
+        except BaseException:
+            pending.forget()
+            raise
+        if result.ok:
+            pending.forget()  # live, or released as garbage
+        sent = 8 + len(root) + sum(len(k) + len(v) for k, v in plan.inline.items())
+        sent += sum(map(len, plan.staged)) + sum(map(len, plan.garbage))
+        self._account(sent, 8 + len(result.root.data))
         return result
+
+    def _stage_all(self, database: str, chunks: list[dict[bytes, bytes]], pending: Pending) -> None:
+        """Stage chunks (one counted round trip each), remembering every one the store
+        confirms; raise the first refusal after taking in what was confirmed."""
+        try:
+            outcomes = self._stage(database, chunks)
+        except BaseException:
+            pending.doubt(chunks)  # maybe staged: released by the next commit, never reused
+            raise
+        refusal: BaseException | None = None
+        for chunk, outcome in zip(chunks, outcomes, strict=False):
+            self._account(sum(len(k) + len(v) for k, v in chunk.items()), 8)
+            if outcome is None:
+                pending.add(chunk)
+            elif refusal is None:
+                refusal = outcome
+        if refusal is not None:
+            raise refusal
 
     def allocate_ids(self, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of a named counter; return the first."""
@@ -144,7 +204,15 @@ class Transport(abc.ABC):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
+        staged: list[bytes],
     ) -> CommitResult: ...
+
+    @abc.abstractmethod
+    def _stage(self, database: str, chunks: list[dict[bytes, bytes]]) -> list[BaseException | None]:
+        """Stage each chunk in a request of its own, in order; return one outcome per
+        chunk sent: None (staged) or the refusal the store answered (one of
+        ``staging.REFUSALS``). It may stop sending at the first refusal (then fewer
+        outcomes than chunks come back); it raises when an outcome is unknown."""
 
     @abc.abstractmethod
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int: ...

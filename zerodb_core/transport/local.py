@@ -7,15 +7,29 @@ from collections.abc import Mapping, Sequence
 from blob_server.exceptions import StorageError
 from blob_server.storage import Storage
 from blob_server.storage.base import CommitResult, RootRecord
+from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS
 from zerodb_core.exceptions import StoreUnavailableError
 from zerodb_core.transport.base import Transport
+from zerodb_core.transport.staging import REFUSALS, RequestLimits
 
 # The embedded store has a single tenant: there is nobody to keep apart.
 LOCAL_TENANT = "local"
 
+#: One storage call carries at most what a blob server accepts by default in one request.
+#: *Why stage in process at all:* a storage call is one SQLite write transaction (the
+#: file's write lock) or one Redis script (Redis' only thread) when the embedded store
+#: is a ``RedisStorage``; bounding it keeps other writers' waits, and the memory of one
+#: call, bounded as on the server. A transaction above it is streamed exactly as over
+#: the network, so both paths are the same code, tested by both.
+LOCAL_LIMITS = RequestLimits(
+    blobs=4096, bytes=48 * 1024 * 1024, blob=MAX_BLOB_SIZE, ids=MAX_COMMIT_IDS
+)
+
 
 class LocalTransport(Transport):
     """Call a storage backend in-process; count round trips as if it were remote."""
+
+    limits = LOCAL_LIMITS
 
     def __init__(self, storage: Storage, *, tenant: str = LOCAL_TENANT, delay: float = 0.0):
         super().__init__(delay=delay)
@@ -36,6 +50,7 @@ class LocalTransport(Transport):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
+        staged: list[bytes],
     ) -> CommitResult:
         return self.storage.commit(
             self.tenant,
@@ -44,7 +59,19 @@ class LocalTransport(Transport):
             root=root,
             blobs=blobs,
             garbage=garbage,
+            staged=staged,
         )
+
+    def _stage(self, database: str, chunks: list[dict[bytes, bytes]]) -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        for chunk in chunks:
+            try:
+                self.storage.stage(self.tenant, database, chunk)
+            except REFUSALS as exc:
+                outcomes.append(exc)
+                break
+            outcomes.append(None)
+        return outcomes
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
         return self.storage.allocate_ids(self.tenant, database, sequence, count)
@@ -58,8 +85,10 @@ class LocalTransport(Transport):
         return self.storage.put_keyring(self.tenant, database, name, data, expected=expected)
 
     def collect_garbage(self, retention: float) -> int:
-        """Delete blobs replaced more than ``retention`` seconds ago. A server does this
-        by itself; an embedded store has nobody else to do it, so the client does."""
+        """Delete blobs replaced more than ``retention`` seconds ago, and staged blobs no
+        commit claimed within the storage's default staging timeout (a process that died
+        mid-commit). A server does this by itself; an embedded store has nobody else to
+        do it, so the client does."""
         return self.storage.collect_garbage(retention=retention)
 
     def close(self) -> None:

@@ -7,9 +7,18 @@ counted round trip, as with the embedded store (a ``get_blobs`` too large for on
 split into chunks that are pipelined: sent together, answered together).
 
 A dropped connection is re-opened with backoff and a fresh login. Reads are retried once
-on a new connection; a commit or keyring write whose answer was lost is not (its outcome
-is unknown, and replaying a commit is not idempotent): it raises
+on a new connection; a commit, stage or keyring write whose answer was lost is not (its
+outcome is unknown, and replaying a commit is not idempotent): it raises
 ``StoreUnavailableError``.
+
+Streamed commits: the login answer carries the server's per-request limits
+(``max_commit_blobs``, ``max_commit_bytes``), so a commit larger than one request is
+split without asking (``Transport.commit``, ``staging``). The limits bound exactly what
+the client sums (new blobs; bytes of blobs and root), so the client uses them as they
+are; only the frame gets a margin for msgpack's overhead. A server that announces none
+gets requests of at most ``FALLBACK_LIMITS`` (256 blobs, 1 MiB), far below any setting
+we ship. The stage requests of a commit are pipelined, up to ``STAGE_WINDOW_BYTES`` at a
+time, on one connection; each is one counted round trip.
 
 Everything the server answers is checked before use: a malformed answer raises
 ``IntegrityError`` and drops the connection (it cannot be trusted to be in step any more).
@@ -70,8 +79,8 @@ from typing import Any
 from coincurve import PrivateKey
 
 from blob_server import protocol
-from blob_server.exceptions import BlobExistsError, InvalidRequestError
-from blob_server.storage.base import BLOB_ID_SIZE, CommitResult, RootRecord
+from blob_server.exceptions import BlobExistsError, InvalidRequestError, NotStagedError
+from blob_server.storage.base import CommitResult, RootRecord
 from zerodb_core.exceptions import (
     AuthenticationError,
     CommitTooLargeError,
@@ -81,6 +90,7 @@ from zerodb_core.exceptions import (
     StoreUnavailableError,
 )
 from zerodb_core.transport.base import MAX_SEQ, Transport, all_bytes
+from zerodb_core.transport.staging import REFUSALS, RequestLimits
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
@@ -88,11 +98,26 @@ BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
 DEFAULT_POOL_SIZE = 4
 
+#: Stage requests sent back to back before their answers are read (the bytes of blobs).
+STAGE_WINDOW_BYTES = 64 * 1024 * 1024
+
 _AUTH_CODES = {protocol.AUTH_FAILED, protocol.RATE_LIMITED, protocol.UNAUTHENTICATED}
-# msgpack overhead of a commit request besides its payload bytes: per blob (a map entry
-# of a 16-byte key and a bin header), per garbage id, and for the rest of the frame.
-_COMMIT_BLOB_OVERHEAD = BLOB_ID_SIZE + 8
-_COMMIT_FRAME_OVERHEAD = 256
+
+
+def request_limits(blobs: int, size: int) -> RequestLimits:
+    """The limits of one request to a blob server that accepts ``blobs`` new blobs and
+    ``size`` bytes per request (clamped to what the protocol allows at all)."""
+    return RequestLimits(
+        blobs=min(blobs, protocol.MAX_IDS_PER_REQUEST),
+        bytes=min(size, protocol.MAX_FRAME_BYTES),
+        blob=protocol.MAX_BLOB_BYTES,
+        ids=protocol.MAX_COMMIT_IDS,
+        frame=protocol.MAX_FRAME_BYTES,
+    )
+
+
+#: For a server whose login answer announces no limits.
+FALLBACK_LIMITS = request_limits(256, 1024 * 1024)
 
 
 def tls_context(
@@ -185,6 +210,7 @@ class RemoteTransport(Transport):
         self.pool_size = pool_size
         # The id every login must find: the pinned one, else the first one seen.
         self.server_id: str | None = server_id
+        self.limits = FALLBACK_LIMITS  # until a login announces the server's
         self.reconnects = 0  # primary connections opened after the first one
         self.connections_opened = 0  # logins that succeeded, primary and pooled
         self._connected = False
@@ -297,6 +323,7 @@ class RemoteTransport(Transport):
         answer = self._exchange([("login", args)], conn)[0]
         if type(answer) is not dict or answer.get("tenant") != self.tenant:
             raise IntegrityError("the blob server sent a malformed login answer")
+        self.limits = _announced_limits(answer)
         self.server_id = server_id
 
     def _drop(self, conn: _Connection | None = None) -> None:
@@ -653,40 +680,20 @@ class RemoteTransport(Transport):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
+        staged: list[bytes],
     ) -> CommitResult:
-        size = (
-            len(root)
-            + sum(len(data) + _COMMIT_BLOB_OVERHEAD for data in blobs.values())
-            + len(garbage) * _COMMIT_BLOB_OVERHEAD
-            + _COMMIT_FRAME_OVERHEAD
-        )
-        if size > protocol.MAX_FRAME_BYTES or len(blobs) > protocol.MAX_IDS_PER_REQUEST:
-            raise CommitTooLargeError(
-                f"a commit of {len(blobs)} blobs and about {size} bytes does not fit one "
-                f"request (at most {protocol.MAX_IDS_PER_REQUEST} blobs and "
-                f"{protocol.MAX_FRAME_BYTES} bytes); split the transaction"
-            )
-        (response,) = self._call_many(
-            [
-                (
-                    "commit",
-                    {
-                        "database": database,
-                        "expected_seq": expected_seq,
-                        "root": root,
-                        "blobs": dict(blobs),
-                        "garbage": list(garbage),
-                    },
-                )
-            ],
-            idempotent=False,
-            raw=True,
-        )
+        args: dict[str, Any] = {
+            "database": database,
+            "expected_seq": expected_seq,
+            "root": root,
+            "blobs": dict(blobs),
+            "garbage": list(garbage),
+        }
+        if staged:  # absent otherwise: a small commit is the request it always was
+            args["staged"] = staged
+        (response,) = self._call_many([("commit", args)], idempotent=False, raw=True)
         if not response.ok:
-            code, message = response.result
-            if code == protocol.TOO_LARGE:
-                raise CommitTooLargeError(f"blob server: {message} ({code})")
-            raise _error(code, message)
+            raise _write_error(*response.result)
         answer = response.result
         if type(answer) is not dict or type(answer.get("ok")) is not bool:
             raise IntegrityError("the blob server sent a malformed commit answer")
@@ -697,6 +704,31 @@ class RemoteTransport(Transport):
         # (A commit through a pooled connection is also pushed to the primary.)
         self._note_root(database, result.root.seq)
         return result
+
+    def _stage(self, database: str, chunks: list[dict[bytes, bytes]]) -> list[BaseException | None]:
+        """Send the stage requests pipelined, a window at a time, on one connection; stop
+        after a window with a refusal. An answer that is neither a stage nor a refusal
+        (the storage failed, a malformed answer) leaves the outcome unknown: raised."""
+        outcomes: list[BaseException | None] = []
+        for window in _windows(chunks):
+            responses = self._call_many(
+                [("stage", {"database": database, "blobs": chunk}) for chunk in window],
+                idempotent=False,
+                raw=True,
+            )
+            for chunk, response in zip(window, responses, strict=True):
+                if response.ok:
+                    if response.result != {"staged": len(chunk)}:
+                        raise IntegrityError("the blob server sent a malformed stage answer")
+                    outcomes.append(None)
+                    continue
+                error = _write_error(*response.result)
+                if not isinstance(error, REFUSALS):
+                    raise error
+                outcomes.append(error)
+            if any(outcome is not None for outcome in outcomes):
+                break
+        return outcomes
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
         # Retrying is safe: a lost block only leaves a gap in the ids.
@@ -738,6 +770,42 @@ def _blob_answer(answer: object) -> tuple[dict[bytes, bytes], list[bytes]]:
     return blobs, deferred
 
 
+def _announced_limits(answer: dict) -> RequestLimits:
+    """The per-request limits a login answer announces, or ``FALLBACK_LIMITS`` for a
+    server that announces none; malformed ones are refused (fail closed)."""
+    announced = answer.get("limits")
+    if announced is None:
+        return FALLBACK_LIMITS
+    blobs = announced.get("max_commit_blobs") if type(announced) is dict else None
+    size = announced.get("max_commit_bytes") if type(announced) is dict else None
+    if type(blobs) is not int or type(size) is not int or blobs < 1 or size < 1:
+        raise IntegrityError("the blob server announced malformed request limits")
+    return request_limits(blobs, size)
+
+
+def _windows(chunks: list[dict[bytes, bytes]]) -> list[list[dict[bytes, bytes]]]:
+    """Group stage requests into windows of about ``STAGE_WINDOW_BYTES`` (at least one
+    request each), sent back to back."""
+    windows: list[list[dict[bytes, bytes]]] = []
+    size = STAGE_WINDOW_BYTES
+    for chunk in chunks:
+        chunk_size = sum(map(len, chunk.values()))
+        if size + chunk_size > STAGE_WINDOW_BYTES:
+            windows.append([])
+            size = 0
+        windows[-1].append(chunk)
+        size += chunk_size
+    return windows
+
+
+def _write_error(code: object, message: object) -> Exception:
+    """Map the error answer to a commit or stage: ``too_large`` (the server's limits
+    changed since login, or one blob is past them) is ``CommitTooLargeError``."""
+    if code == protocol.TOO_LARGE:
+        return CommitTooLargeError(f"blob server: {message} ({code})")
+    return _error(code, message)
+
+
 def _error(code: object, message: object) -> Exception:
     """Map an error answer to the exception a local store would have raised."""
     text = f"blob server: {message} ({code})"
@@ -745,6 +813,8 @@ def _error(code: object, message: object) -> Exception:
         return AuthenticationError(text)
     if code == protocol.BLOB_EXISTS:
         return BlobExistsError(text)
+    if code == protocol.NOT_STAGED:
+        return NotStagedError(text)
     if code == protocol.QUOTA:
         return QuotaExceededError(text)
     if code in (protocol.BAD_REQUEST, protocol.TOO_LARGE, protocol.UNKNOWN_OP):
