@@ -53,14 +53,17 @@ def test_a_small_run_reports_every_measure(tmp_path):
 
 def test_a_refused_commit_is_recorded_and_retried_in_halves():
     rows = realistic_employees(400, seed=1)
-    # Commits grow with the table: 200 records pass on an empty table, not on 200.
-    db = DB(LimitedTransport(limit=500_000), password="pw", kdf="fast")
+    # About 1 KB a record: 100 records pass, 200 do not (no merges, which would make
+    # larger commits of their own).
+    db = DB(LimitedTransport(limit=140_000), password="pw", kdf="fast", merge_factor=1000)
+    first = DB(LimitedTransport(limit=10**9), password="pw", kdf="fast")
+    first.add(*(write_cost.Employee(**row) for row in rows[:200]))
+    assert 140_000 < first.stats()["bytes_sent"]  # what the limit refuses
     run = write_cost.load(
         db, rows, batch=200, min_batch=50, probe_at=10**9, probe_rows=[], desc="test"
     )
-    assert (run["refusals"][0]["table"], run["refusals"][0]["records"]) == (200, 200)
-    assert run["commits"][0]["records"] == 200
-    assert all(c["records"] < 200 for c in run["commits"][1:])
+    assert (run["refusals"][0]["table"], run["refusals"][0]["records"]) == (0, 200)
+    assert all(c["records"] < 200 for c in run["commits"])
     assert run["completed"] and run["records"] == 400
     assert len(db[write_cost.Employee]) == 400
 

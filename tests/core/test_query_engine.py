@@ -183,3 +183,36 @@ def test_engine_matches_python(shared_db, records, exprs, sort, reverse, skip, l
             page = db[Item].query(expr, sort_index=sort, reverse=reverse, skip=skip, limit=limit)
             assert [x.pk for x in page] == [pk for pk, _ in window], (expr, sort)
             assert len(page) == len(window)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(st.lists(TEXTS, min_size=1, max_size=30), min_size=1, max_size=4),
+    removed=st.lists(st.integers(0, 10**6), max_size=6),
+    query=st.sampled_from(["alpha", "panic", "beta gamma", '"alpha beta"', "delta panic"]),
+    k=st.integers(1, 12),
+)
+def test_a_page_of_search_results_is_the_top_of_the_full_ranking(
+    make_db, batches, removed, query, k
+):
+    """Pages of ranked results come from top-k (blocks read best first, or only the
+    intersection scored), over several runs, updates and deletes: they must be exactly
+    the start of the full ranking, ties by pk."""
+    db = make_db(node_bytes=300)
+    for batch in batches:  # one run per transaction
+        with db.transaction():
+            db.add(*(Item(t=text) for text in batch))
+    items = sorted(db[Item].all(), key=lambda item: item.pk)
+    for n in removed[: len(items) // 2]:
+        victim = items.pop(n % len(items))
+        db.remove(victim)
+    for item in items[::3]:
+        item.t = (item.t or "") + " alpha"
+        db.add(item)
+    full = [item.pk for item in db[Item].query(Contains("t", query))]
+    assert [item.pk for item in db[Item].query(Contains("t", query), limit=k)] == full[:k]
+    assert [item.pk for item in db[Item].query(Contains("t", query), skip=2, limit=k)] == (
+        full[2 : 2 + k]
+    )

@@ -8,6 +8,7 @@ the deepest of the three trees, not the sum.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import Any
 
@@ -146,33 +147,56 @@ class Executor:
         rows = yield from self.table.scan_reader()
         return [pk for pk, _ in rows]
 
-    def _text_reader(self, scan: TextScan):
+    def _text_reader(self, scan: TextScan, top: int | None = None):
+        """Documents holding every group of the search, ranked by BM25 (ties by pk), and
+        their scores; with ``top``, only the ``top`` best.
+
+        A search of one word with ``top`` reads blocks of postings in the order of their
+        bounds and stops when none left can enter the top (``TextTree.top_reader``).
+        Otherwise the postings of every word are read, the groups intersected (sets, in
+        C) and only the documents left are scored.
+        """
         terms = sorted({t for group in scan.predicate.groups for t in group})
         if not terms:
             return ([], {})
         tree = self.view.tree(scan.tree)
-        found = yield from tree.postings_reader([encode_key(term) for term in terms])
         n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
         avg_len = total_len / n_docs if n_docs else 0.0
-        # One pass over the postings: each term's BM25 weight per document, and its
-        # positions (for phrases).
-        postings: dict[str, dict[Any, list[int]]] = {}
-        weights: dict[str, dict[Any, float]] = {}
-        for term, live in zip(terms, found):
-            idf = bm25_idf(len(live), n_docs)
-            where = postings[term] = {}
-            weight = weights[term] = {}
-            for pk, (doc_len, positions) in live.items():
-                where[pk] = positions
-                weight[pk] = bm25_weight(len(positions), doc_len, avg_len, idf)
-        docs = None
-        for group in scan.predicate.groups:
-            matching = set.intersection(*(set(postings[t]) for t in group))
+        term_keys = [encode_key(term) for term in terms]
+        if top is not None and len(terms) == 1:
+            (df,) = yield from tree.df_reader(term_keys)
+            idf = bm25_idf(df, n_docs)
+            best = yield from tree.top_reader(
+                term_keys[0], top, lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
+            )
+            return ([pk for _, pk in best], {pk: score for score, pk in best})
+        found = yield from tree.postings_reader(term_keys)
+        postings = dict(zip(terms, found))
+        docs: set | None = None
+        for group in sorted(scan.predicate.groups, key=lambda g: min(len(postings[t]) for t in g)):
+            matching = set(postings[group[0]])
+            for term in group[1:]:
+                matching.intersection_update(postings[term])
+            if docs is not None:
+                matching &= docs
             if len(group) > 1:
                 matching = {pk for pk in matching if _phrase_at(postings, group, pk)}
             docs = matching if docs is None else docs & matching
-        scores = {pk: sum(weights[t][pk] for t in terms) for pk in docs or ()}
-        return (_rank(scores), scores)
+        idfs = {term: bm25_idf(len(postings[term]), n_docs) for term in terms}
+        scores = {}
+        for pk in docs or ():
+            score = 0.0
+            for term in terms:
+                doc_len, positions = postings[term][pk]
+                score += bm25_weight(len(positions), doc_len, avg_len, idfs[term])
+            scores[pk] = score
+        return (_rank(scores, top), scores)
+
+    def top_text(self, scan: TextScan, k: int) -> list[Any]:
+        """The ``k`` best documents of a search, best first."""
+        return self.view.run([self._text_reader(scan, k), self.table.records.prefetch_reader()])[0][
+            0
+        ]
 
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
         if isinstance(source, IndexScan):
@@ -271,8 +295,8 @@ def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
 
 
 def _phrase_at(postings, group: list[str], pk: Any) -> bool:
-    first = set(postings[group[0]][pk])
-    rest = [set(postings[t][pk]) for t in group[1:]]
+    first = set(postings[group[0]][pk][1])
+    rest = [set(postings[t][pk][1]) for t in group[1:]]
     return any(all(p + i + 1 in where for i, where in enumerate(rest)) for p in first)
 
 
@@ -282,10 +306,17 @@ def residual_filter(expr: Expr | None, rows: list[tuple[Any, dict]]) -> list[tup
     return [(pk, fields) for pk, fields in rows if expr.matches(fields)]
 
 
-def _rank(scores: dict[Any, float]) -> list[Any]:
+def _rank(scores: dict[Any, float], top: int | None = None) -> list[Any]:
     """Keys by descending score, ties by key (compared directly when they can be, which
-    is the common case of integer keys and much cheaper than encoding each one)."""
-    try:
-        return sorted(scores, key=lambda pk: (-scores[pk], pk))
-    except TypeError:
-        return sorted(scores, key=lambda pk: (-scores[pk], sort_key(pk)))
+    is the common case of integer keys and much cheaper than encoding each one); with
+    ``top``, only the first ``top``."""
+    for tie in (None, sort_key):  # the second only for keys of mixed types
+
+        def key(pk, tie=tie):
+            return (-scores[pk], pk if tie is None else tie(pk))
+
+        try:
+            return sorted(scores, key=key) if top is None else heapq.nsmallest(top, scores, key=key)
+        except TypeError:
+            continue
+    raise AssertionError("sort_key orders every key")

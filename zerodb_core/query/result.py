@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.executor import Executor, residual_filter, sort_key
 from zerodb_core.query.operators import Expr
-from zerodb_core.query.planner import IndexScan, Plan, plan
+from zerodb_core.query.planner import IndexScan, Plan, TextScan, plan
 from zerodb_core.records import Table
 
 if TYPE_CHECKING:
@@ -156,6 +156,17 @@ class QueryResult:
             return view.run(
                 [executor.table.scan_reader(skip=skip, limit=limit, reverse=self.reverse)]
             )[0]
+        if (
+            isinstance(p.source, TextScan)
+            and p.residual is None
+            and self.sort_index is None
+            and not self.reverse
+            and limit is not None
+            and self._keys is None
+        ):
+            # A page of ranked search results: only the best skip + limit are ranked.
+            pks = executor.top_text(p.source, skip + limit)[skip:]
+            return executor.records(pks)
         if p.source is not None and p.residual is None and self.sort_index is None:
             # Exact candidates in their own order (index, rank or key order): page the
             # keys, then read only the records of the page.
