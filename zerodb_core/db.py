@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
+from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import NodeSizes, build_run
+from zerodb_core.btree import NodeSizes, build_run_of
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -308,6 +309,10 @@ class DB:
 
     def add(self, *objs: Model) -> None:
         """Store new objects (giving them a ``pk``) or save changed ones."""
+        with gcpause.paused():  # a batch makes many records and entries, no cycles
+            self._add(objs)
+
+    def _add(self, objs: tuple[Model, ...]) -> None:
         by_model: dict[type[Model], dict[Any, Model]] = {}
         for obj in objs:
             if not isinstance(obj, Model):
@@ -378,6 +383,10 @@ class DB:
                 txn.apply(PutRecords(type(obj).zerodb_name, [(obj.pk, now)]))
 
     def _commit(self, txn: Transaction, *, merge: bool = True) -> None:
+        with gcpause.paused():  # building and sealing runs makes many objects, no cycles
+            self._commit_paused(txn, merge=merge)
+
+    def _commit_paused(self, txn: Transaction, *, merge: bool) -> None:
         self._save_changed_objects(txn)
         if not txn.ops:
             return
@@ -483,13 +492,11 @@ class DB:
             (merge_postings_reader if txn.is_text(name) else merge_reader)(runs, bottom)
             for name, runs, bottom in jobs
         ]
-        for (name, runs, _), (keys, values, tags, garbage) in zip(jobs, txn.run(readers)):
+        for (name, runs, _), (segments, garbage) in zip(jobs, txn.run(readers)):
             output, nodes = None, []
-            if keys:
-                output, nodes = build_run(
-                    keys,
-                    values,
-                    tags,
+            if segments:
+                output, nodes = build_run_of(
+                    segments,
                     leaf_bytes=txn.leaf_bytes(name),
                     inner_bytes=self.sizes.inner,
                     postings=txn.is_text(name),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zerodb_core import gcpause
 from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run, new_id
 from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
 from zerodb_core.lsm import Changes, LogTree, TextTree
@@ -267,7 +268,8 @@ class Transaction(View):
         self.loaded: dict[int, tuple[Any, dict]] = {}
 
     def apply(self, op: WriteOp) -> Any:
-        result = op.apply(self)
+        with gcpause.paused():  # writes build many objects and no cycles
+            result = op.apply(self)
         self.ops.append(op)
         return result
 

@@ -185,10 +185,13 @@ def test_large_results_stream_in_batches(make_db):
 def test_embedded_store_collects_its_garbage(make_db):
     storage = MemoryStorage()
     db = make_db(storage)
-    names = "abcd"
-    for salary, name in enumerate(names):  # the fourth commit merges the four runs
-        db.add(Employee(name=name, salary=salary))
-    assert all(len(runs) == 1 for runs in db.read_root().trees.values())
+    names = "abc"
+    people = [Employee(name=name, salary=salary) for salary, name in enumerate(names)]
+    for person in people:
+        db.add(person)
+    people[0].salary = 10  # the fourth commit merges the four runs; its change to a
+    db.add(people[0])  # record an older run holds makes both runs' leaves garbage
+    assert len(db.read_root().trees["r/Employee"]) == 1
     pending = storage.stats("local", "main")["garbage"]
     assert pending > 0
     assert db.collect_garbage(retention=3600) == 0  # too young: readers may need them

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerodb_core.btree import DELETE, PUT, REPLACE, NodeSizes, build_run, node_from_payload
+from zerodb_core.btree import DELETE, PUT, REPLACE, NodeSizes, build_run_of, node_from_payload
 from zerodb_core.exceptions import IntegrityError, QueryError
 from zerodb_core.lsm import merge_reader, merge_windows
 from zerodb_core.lsm.merge import FLOOR_BYTES
@@ -83,14 +83,14 @@ class Harness:
             return
         window = runs[start:stop]
         txn = self.txn
-        keys, values, tags, garbage = txn.run([merge_reader(window, stop == len(runs))])[0]
+        segments, garbage = txn.run([merge_reader(window, stop == len(runs))])[0]
         output, nodes = None, []
-        if keys:
-            output, nodes = build_run(keys, values, tags, leaf_bytes=70, inner_bytes=160)
+        if segments:
+            output, nodes = build_run_of(segments, leaf_bytes=70, inner_bytes=160)
         roots = tuple(run.root for run in window)
         assert txn.apply(MergeRuns(NAME, roots, output, tuple(nodes), tuple(garbage)))
         self.commit()
-        assert len(self.state.trees.get(NAME, ())) == len(runs) - len(window) + (keys != [])
+        assert len(self.state.trees.get(NAME, ())) == len(runs) - len(window) + bool(segments)
 
     def check(self, probes) -> None:
         tree = self.tree
@@ -216,10 +216,11 @@ def test_merge_combines_exact_changes():
     h.delete(b"d")
     h.commit()
     newest_two = h.state.trees[NAME][:2]
-    keys, values, tags, _ = h.txn.run([merge_reader(newest_two, False)])[0]
+    segments, _ = h.txn.run([merge_reader(newest_two, False)])[0]
+    ((keys, values, tags),) = segments
     assert list(zip(keys, tags, values)) == [(b"a", REPLACE, b"3"), (b"b", REPLACE, b"2")]
-    keys, values, tags, _ = h.txn.run([merge_reader(h.state.trees[NAME], True)])[0]
-    assert (keys, values, tags) == ([b"a", b"b", b"c"], [b"3", b"2", b"1"], b"")
+    segments, _ = h.txn.run([merge_reader(h.state.trees[NAME], True)])[0]
+    assert segments == [([b"a", b"b", b"c"], [b"3", b"2", b"1"], b"")]
 
 
 def test_runs_that_disagree_fail_the_merge_closed():
@@ -248,6 +249,35 @@ def test_pending_changes_follow_the_exact_rules():
     assert pending.get(b"a") == (DELETE, b"")
     with pytest.raises(QueryError, match="deleted twice"):
         pending.delete(b"a")
+
+
+def test_a_merge_keeps_the_leaves_no_other_run_overlaps():
+    """Runs of growing keys (a load) merge by new inner nodes over their old leaves; a
+    leaf overlapped by another run's is rewritten, with its neighbour."""
+    h = Harness()
+    for start in (0, 100, 200):
+        for i in range(start, start + 100):
+            h.put(i.to_bytes(2, "big"), b"v")
+        h.commit()
+    h.put((150).to_bytes(2, "big"), b"w")  # overlaps one leaf of the middle run
+    h.commit()
+    runs = h.state.trees[NAME]
+    leaf_ids = set().union(*(h.txn.run([_leaf_ids(run)])[0] for run in runs))
+    segments, garbage = h.txn.run([merge_reader(runs, True)])[0]
+    kept = {s.id for s in segments if not isinstance(s, tuple)}
+    rewritten = [s for s in segments if isinstance(s, tuple)]
+    # Every leaf but the two holding key 150 (the middle run's and the newest run's).
+    assert len(kept) == len(leaf_ids) - 2 and not kept & set(garbage)
+    assert len(rewritten) == 1 and (150).to_bytes(2, "big") in rewritten[0][0]
+    h.merge(0, len(runs))
+    h.check([(b"", None, 140, 20, False)])
+
+
+def _leaf_ids(run):
+    from zerodb_core.btree import Run
+
+    leaves = yield from Run(run).leaves_reader()
+    return {leaf.id for leaf in leaves}
 
 
 def test_merge_policy_merges_runs_of_one_size_only():

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.core.test_lsm import DictSource
-from zerodb_core.btree import NodeSizes, build_run
+from zerodb_core.btree import NodeSizes, build_run_of
 from zerodb_core.encoding import encode_key
 from zerodb_core.lsm import merge_postings_reader
 from zerodb_core.rootstate import RootState
@@ -73,12 +73,10 @@ class Harness:
             return
         window = runs[start:stop]
         reader = merge_postings_reader(window, stop == len(runs))
-        keys, blocks, _, garbage = self.txn.run([reader])[0]
+        segments, garbage = self.txn.run([reader])[0]
         output, nodes = None, []
-        if keys:
-            output, nodes = build_run(
-                keys, blocks, b"", leaf_bytes=300, inner_bytes=160, postings=True
-            )
+        if segments:
+            output, nodes = build_run_of(segments, leaf_bytes=300, inner_bytes=160, postings=True)
         roots = tuple(run.root for run in window)
         assert self.txn.apply(MergeRuns(NAME, roots, output, tuple(nodes), tuple(garbage)))
         self.commit()

@@ -10,7 +10,7 @@ from zerodb_core.btree.node import (
     Node,
     node_from_payload,
 )
-from zerodb_core.btree.run import NodeSizes, Run, RunRef, build_run
+from zerodb_core.btree.run import NodeSizes, Run, RunRef, build_run, build_run_of
 from zerodb_core.btree.workspace import (
     BlobRequest,
     NodeSource,
@@ -36,6 +36,7 @@ __all__ = [
     "RunRef",
     "Workspace",
     "build_run",
+    "build_run_of",
     "gather",
     "new_id",
     "node_from_payload",

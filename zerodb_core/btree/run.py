@@ -168,10 +168,48 @@ def build_run(
     """
     if not keys:
         raise QueryError("a run holds at least one entry")
-    if postings:
-        level, nodes = _postings_leaves(keys, values, leaf_bytes)
-    else:
-        level, nodes = _leaves(keys, values, tags, leaf_bytes)
+    return build_run_of(
+        [(keys, values, tags)], leaf_bytes=leaf_bytes, inner_bytes=inner_bytes, postings=postings
+    )
+
+
+Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf
+
+
+def build_run_of(
+    segments: list[Segment], *, leaf_bytes: int, inner_bytes: int, postings: bool = False
+) -> tuple[RunRef, list[Node]]:
+    """A run of ``segments`` in key order: entries ``(keys, values, tags)`` to pack into
+    new leaves, or leaves of other runs to keep as they are (a merge keeps the leaves no
+    other input overlaps, and writes only new inner nodes above them). Return its
+    reference and its new nodes."""
+    level: _Level = []
+    nodes: list[Node] = []
+    reused: list[Node] = []
+    for segment in segments:
+        if isinstance(segment, tuple):
+            keys, values, tags = segment
+            if not keys:
+                continue
+            made = (
+                _postings_leaves(keys, values, leaf_bytes)
+                if postings
+                else _leaves(keys, values, tags, leaf_bytes)
+            )
+            level += made[0]
+            nodes += made[1]
+        else:
+            leaf, n = segment, len(segment.keys)
+            reused.append(leaf)
+            level.append(
+                (leaf.keys[0], leaf.id, leaf.net(0, n), leaf.tombstones(), _leaf_size(leaf))
+            )
+    if not level:
+        raise QueryError("a run holds at least one entry")
+    leaves = [node for node in nodes if node.is_leaf] + reused
+    plain = not any(map(_has_tags, leaves))
+    first = level[0][0]
+    last = max(leaf.keys[-1] for leaf in leaves)
     total_bytes = sum(padded_size(item[4]) + BLOB_OVERHEAD for item in level)
     dels = sum(item[3] for item in level)
     height = 1
@@ -199,22 +237,34 @@ def build_run(
         level = above
         height += 1
     _, root, count, _, _ = level[0]
-    plain = not dels and not any(
-        node.tags if isinstance(node, Leaf) else any(b[TAGS] for b in node.values)
-        for node in nodes
-        if node.is_leaf
-    )
     ref = RunRef(
         root,
         height,
         count,
         dels,
         total_bytes,
-        _lower_fence(keys[0]),
-        _upper_fence(keys[-1]),
-        plain,
+        _lower_fence(first),
+        _upper_fence(last),
+        plain and not dels,
     )
     return ref, nodes
+
+
+def _has_tags(leaf: Leaf | PostingsLeaf) -> bool:
+    """Whether a leaf holds anything but puts (of keys, or of postings)."""
+    if isinstance(leaf, PostingsLeaf):
+        return any(block[TAGS] for block in leaf.values)
+    return bool(leaf.tags)
+
+
+def _leaf_size(leaf: Leaf | PostingsLeaf) -> int:
+    """The estimated payload of a leaf (as the leaf builders estimate it)."""
+    n = len(leaf.keys)
+    if isinstance(leaf, PostingsLeaf):
+        blocks = sum(map(len, map(pack, leaf.values)))
+        return NODE_OVERHEAD + len(b"".join(leaf.keys)) + blocks + ENTRY_OVERHEAD * n
+    per_entry = ENTRY_OVERHEAD + (1 if leaf.tags else 0)
+    return NODE_OVERHEAD + len(b"".join(leaf.keys)) + len(b"".join(leaf.values)) + per_entry * n
 
 
 # (first key, node id, net count, tombstones, estimated payload bytes) of each node
@@ -234,12 +284,7 @@ def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
         leaf_tags = bytes(tags[start:end]) if tagged else ALL_PUT
         leaf = Leaf(new_id(), keys[start:end], values[start:end], leaf_tags)
         nodes.append(leaf)
-        size = (
-            NODE_OVERHEAD
-            + len(b"".join(leaf.keys))
-            + len(b"".join(leaf.values))
-            + per_entry * (end - start)
-        )
+        size = _leaf_size(leaf)
         level.append((keys[start], leaf.id, leaf.net(0, end - start), leaf.tombstones(), size))
         start = end
     return level, nodes
@@ -341,6 +386,11 @@ class Run:
                     start = end
             frontier = deeper
         return found
+
+    def leaves_reader(self) -> Reader:
+        """Return every leaf of the run, in key order."""
+        items = yield from self._descend(b"", None, 0, None, False, exact=True)
+        return [item[1] for item in items or ()]
 
     def entries_reader(self, lo: bytes = b"", hi: bytes | None = None) -> Reader:
         """Return every entry of ``[lo, hi)`` as parallel lists ``(keys, tags, values)``

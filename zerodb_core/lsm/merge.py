@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from zerodb_core.btree import Reader, Run, RunRef, gather
+from zerodb_core.btree import Leaf, Reader, Run, RunRef, gather
 from zerodb_core.btree.node import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import IntegrityError
 
@@ -62,32 +62,79 @@ def merge_windows(
 def merge_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
     """Read ``runs`` (newest first, neighbours in their tree) whole and combine them.
 
-    Returns ``(keys, values, tags, node ids)``: the merged entries in key order, and the
-    ids of every node of the inputs (garbage once the merge commits). ``bottom``: the
-    oldest of them is the oldest run of its tree.
+    Returns ``(segments, node ids)``: the merged run's contents in key order for
+    :func:`~zerodb_core.btree.run.build_run_of` (a leaf whose keys no other input's leaf
+    overlaps is kept as it is; entries of overlapping leaves are combined), and the ids
+    of the inputs' nodes that become garbage. ``bottom``: the oldest of them is the
+    oldest run of its tree. Runs of new records under growing keys (a load, auto-
+    incremented keys) overlap nowhere, so merging them writes only new inner nodes.
     """
     parts = yield from gather(
-        [Run(run).entries_reader() for run in runs] + [Run(run).node_ids_reader() for run in runs]
+        [Run(run).leaves_reader() for run in runs] + [Run(run).node_ids_reader() for run in runs]
     )
-    contents, ids = parts[: len(runs)], parts[len(runs) :]
+    leaves, ids = parts[: len(runs)], parts[len(runs) :]
+    spans = sorted(
+        (
+            (leaf.keys[0], -age, leaf)
+            for age, run_leaves in enumerate(leaves)
+            for leaf in run_leaves
+        ),
+        key=lambda span: (span[0], span[1]),
+    )
+    segments: list = []
+    combined: list[tuple[int, Leaf]] = []  # overlapping leaves waiting to be combined
+    kept: set[bytes] = set()
+    group: list[tuple[int, Leaf]] = []
+    group_last = b""
+    for first, neg_age, leaf in spans:
+        if group and first > group_last:
+            _close(group, bottom, segments, combined, kept)
+            group = []
+        group.append((-neg_age, leaf))
+        group_last = max(group_last, leaf.keys[-1]) if len(group) > 1 else leaf.keys[-1]
+    if group:
+        _close(group, bottom, segments, combined, kept)
+    _flush(combined, bottom, segments)
+    garbage = [node_id for part in ids for node_id in part if node_id not in kept]
+    return segments, garbage
+
+
+def _close(group, bottom: bool, segments: list, combined: list, kept: set) -> None:
+    """End a group of leaves whose key ranges chain together: a lone leaf is kept as it
+    is (unless tombstones must go, at the bottom); several are combined."""
+    if len(group) == 1 and not (bottom and group[0][1].tags):
+        _flush(combined, bottom, segments)
+        leaf = group[0][1]
+        segments.append(leaf)
+        kept.add(leaf.id)
+    else:
+        combined.extend(group)
+
+
+def _flush(combined: list[tuple[int, Leaf]], bottom: bool, segments: list) -> None:
+    """Combine waiting leaves (newest entry of each key wins, by the exact rules) into one
+    segment of entries."""
+    if not combined:
+        return
     merged: dict[bytes, tuple[int, bytes]] = {}
-    for keys, tags, values in reversed(contents):  # oldest first
-        incoming = dict(zip(keys, zip(tags, values)))
+    for _, leaf in sorted(combined, key=lambda item: -item[0]):  # oldest first
+        incoming = dict(zip(leaf.keys, zip(leaf.tags or bytes(len(leaf.keys)), leaf.values)))
         for key in merged.keys() & incoming.keys():
-            combined = _combine(merged[key], incoming.pop(key))
-            if combined is None:
+            entry = _combine(merged[key], incoming.pop(key))
+            if entry is None:
                 del merged[key]
             else:
-                merged[key] = combined
+                merged[key] = entry
         merged.update(incoming)
+    combined.clear()
     keys = sorted(merged)
     if bottom:
         keys = [key for key in keys if merged[key][0] != DELETE]
         tags = b""
     else:
         tags = bytes(merged[key][0] for key in keys)
-    values = [merged[key][1] for key in keys]
-    return keys, values, tags, [node_id for part in ids for node_id in part]
+    if keys:
+        segments.append((keys, [merged[key][1] for key in keys], tags))
 
 
 def _combine(older: tuple[int, bytes], newer: tuple[int, bytes]) -> tuple[int, bytes] | None:

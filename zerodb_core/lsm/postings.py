@@ -238,8 +238,8 @@ def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Pos
 
 def merge_postings_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
     """Read the runs of a full-text index (newest first, neighbours) whole and combine
-    them: ``(keys, blocks, b"", node ids)``, as :func:`zerodb_core.lsm.merge.merge_reader`
-    answers (blocks in the place of values, no tags at the level of blocks).
+    them: ``(segments, node ids)`` as :func:`zerodb_core.lsm.merge.merge_reader` answers
+    (one segment of blocks, with no tags at the level of blocks).
 
     A term whose blocks from different runs cover disjoint ranges of primary keys (bulk
     loads: each run holds newer documents) keeps its blocks as they are, only small
@@ -259,7 +259,8 @@ def merge_postings_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
         for key, block in _merge_term(term_key, by_term[term_key], bottom):
             out_keys.append(key)
             out_blocks.append(block)
-    return out_keys, out_blocks, b"", [node_id for part in ids for node_id in part]
+    segments = [(out_keys, out_blocks, b"")] if out_keys else []
+    return segments, [node_id for part in ids for node_id in part]
 
 
 def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: bool):
