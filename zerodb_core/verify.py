@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodb_core.blobsource import BlobSource
 from zerodb_core.btree import PUT, REPLACE, BlobRequest, RunRef
-from zerodb_core.btree.blocks import TAGS, TERM_LEN, block_postings, make_block
+from zerodb_core.btree.blocks import HEAD, TERM_LEN, block_postings, make_block
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, digest
 from zerodb_core.encoding import encode_key
@@ -407,17 +407,21 @@ class _Checker:
         for key, _, block in blocks:
             term_len = block[TERM_LEN]
             term_key = key[:term_len]
-            pks, tags, dls, positions = block_postings(block)
+            try:
+                pks, tags, dls, positions = block_postings(block)
+            except IntegrityError as exc:
+                self.problem(where, f"block {key.hex()}: {exc}")
+                continue
             try:
                 pk_keys = [encode_key(pk) for pk in pks]
             except QueryError:
                 self.problem(where, f"block {key.hex()} holds a primary key no key encodes")
                 continue
-            expected = make_block(term_len, pks, block[TAGS], dls, positions)
+            expected = make_block(term_len, pks, tags, dls, positions)
             if (
                 key[term_len:] != pk_keys[0]
                 or any(a >= b for a, b in pairwise(pk_keys))
-                or expected[1:4] != block[1:4]
+                or expected[:HEAD] != block[:HEAD]
             ):
                 self.problem(where, f"block {key.hex()} disagrees with its own postings")
             for pk_key, pk, tag, dl, at in zip(pk_keys, pks, tags, dls, positions):

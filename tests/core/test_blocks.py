@@ -8,6 +8,10 @@ from hypothesis import strategies as st
 
 from zerodb_core.btree import DELETE, PUT, REPLACE, node_from_payload
 from zerodb_core.btree.blocks import (
+    BODY,
+    CHANGES,
+    COUNT,
+    DELS,
     MAX_TF,
     MIN_DL,
     NET,
@@ -48,13 +52,15 @@ def test_a_block_gives_back_its_postings(pks, data):
     assert got_tags == (tags if any(tags) else bytes(n))
     live = [i for i, tag in enumerate(got_tags) if tag != DELETE]
     assert stored[NET] == got_tags.count(PUT) - got_tags.count(DELETE)
+    assert stored[COUNT] == n and stored[DELS] == got_tags.count(DELETE)
+    assert stored[CHANGES] == n - got_tags.count(PUT)
     assert stored[MAX_TF] == max((len(positions[i]) for i in live), default=0)
     assert stored[MIN_DL] == min((dls[i] for i in live), default=0)
 
 
 def test_integer_keys_are_stored_as_differences():
     block = make_block(2, [1000, 1001, 1005], b"", [3, 3, 3], [[0], [1], [2]])
-    assert block[6] == [1000, 1, 4]
+    assert unpack(block[BODY])[2] == [1000, 1, 4]
     assert len(pack(block)) < len(pack(make_block(2, ["a", "b", "c"], b"", [3] * 3, [[0]] * 3)))
 
 
@@ -62,17 +68,35 @@ def test_integer_keys_are_stored_as_differences():
     "change",
     [
         lambda b: b.__setitem__(0, 0),  # no term
-        lambda b: b.__setitem__(4, b"\x07"),  # a tag that does not exist
-        lambda b: b.__setitem__(7, [1, 2]),  # lengths disagree
-        lambda b: b.__setitem__(8, [["x"]]),  # a position that is not an int
-        lambda b: b.__setitem__(5, 3),  # an unknown key mode
-        lambda b: b.__setitem__(6, ["a"]),  # differences that are not ints
+        lambda b: b.__setitem__(1, 0),  # no postings
+        lambda b: b.__setitem__(5, 2),  # more tombstones than changes
+        lambda b: b.__setitem__(7, "body"),  # a body that is not bytes
         lambda b: b.append(0),  # a field too many
     ],
 )
-def test_malformed_blocks_fail_closed(change):
+def test_malformed_heads_fail_closed(change):
     block = make_block(2, [1], b"", [4], [[0]])
     change(block)
     assert not valid_block(block)
     with pytest.raises(IntegrityError, match="not a well-formed"):
         node_from_payload(bytes(16), [2, [b"k"], [block]])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [b"\x07", 0, [1], [4], [[0]]],  # a tag that does not exist
+        [b"", 0, [1], [4, 5], [[0]]],  # lengths disagree
+        [b"", 0, [1], [4], [["x"]]],  # a position that is not an int
+        [b"", 3, [1], [4], [[0]]],  # an unknown key mode
+        [b"", 1, ["a"], [4], [[0]]],  # differences that are not ints
+        [b"", 0, [1], [4]],  # a field missing
+        "not a list",
+    ],
+)
+def test_malformed_bodies_fail_closed_when_decoded(body):
+    block = make_block(2, [1], b"", [4], [[0]])
+    block[BODY] = pack(body)
+    assert valid_block(block)  # the head is fine: the body is checked when decoded
+    with pytest.raises(IntegrityError, match="not well formed"):
+        block_postings(block)

@@ -7,23 +7,28 @@ and primary key, a value repeating the primary key, and per-entry framing). So p
 are grouped, as Lucene does, into blocks of up to 128 postings of one term, in primary
 key order, under the key ``encode_key(term) + encode_key(first primary key)``.
 
-A block is a plain list, decoded with its leaf:
+A block is a short list decoded with its leaf (the *head*), and a *body* of msgpack
+bytes decoded only when its postings are needed (a search reads the heads of a term's
+blocks and decodes the few that can enter its top k; a merge moves bodies unopened):
 
 =====  ==========  =====================================================================
 index  field       meaning
 =====  ==========  =====================================================================
 0      term_len    length of the term's part of the key
-1      net         postings added minus removed (counts add up to document frequencies)
-2      max_tf      largest term frequency of a live posting (0 if none)
-3      min_dl      smallest document length of a live posting (0 if none)
-4      tags        one byte per posting (``PUT``, ``REPLACE``, ``DELETE``), or empty: all
-                   ``PUT``
-5      pk_mode     0: primary keys as they are; 1: integers, as the first one and the
-                   differences from each to the next (small numbers, one byte each)
-6      pks         the primary keys (as ``pk_mode`` says)
-7      dls         document lengths
-8      positions   a list of positions per posting (empty for a ``DELETE``)
+1      count       postings in the block
+2      net         postings added minus removed (counts add up to document frequencies)
+3      max_tf      largest term frequency of a live posting (0 if none)
+4      min_dl      smallest document length of a live posting (0 if none)
+5      dels        removed postings (tombstones)
+6      changes     postings that are not ``PUT`` (0: the body has no tags)
+7      body        msgpack of ``[tags, pk_mode, pks, dls, positions]``
 =====  ==========  =====================================================================
+
+In the body, ``tags`` has one byte per posting (``PUT``, ``REPLACE``, ``DELETE``) or is
+empty (all ``PUT``); ``pk_mode`` 0 keeps the primary keys as they are, 1 stores integers
+as the first one and the differences from each to the next (one byte each, mostly);
+``dls`` are the document lengths and ``positions`` a list per posting (empty for a
+``DELETE``). The body is checked (fail closed) the first time it is decoded.
 
 ``max_tf`` and ``min_dl`` bound the BM25 weight of every posting of the block whatever the
 average document length (the weight grows with the term frequency and shrinks with the
@@ -32,22 +37,24 @@ document length), so top-k search skips blocks that cannot enter the top k.
 
 from __future__ import annotations
 
+import functools
 from itertools import accumulate, chain
 from operator import sub
 from typing import Any
 
 from zerodb_core.btree.tags import DELETE, PUT
+from zerodb_core.exceptions import IntegrityError
+from zerodb_core.serialization import pack, unpack
 
 TERM_LEN = 0
-NET = 1
-MAX_TF = 2
-MIN_DL = 3
-TAGS = 4
-PK_MODE = 5
-PKS = 6
-DLS = 7
-POSITIONS = 8
-FIELDS = 9
+COUNT = 1
+NET = 2
+MAX_TF = 3
+MIN_DL = 4
+DELS = 5
+CHANGES = 6
+BODY = 7
+HEAD = 7  # fields before the body
 
 RAW = 0
 DELTAS = 1
@@ -55,6 +62,8 @@ DELTAS = 1
 # Postings per block (Lucene's block size): big enough that a block's bounds stand for
 # many postings, small enough that a block decodes in microseconds.
 BLOCK_POSTINGS = 128
+# Decoded bodies kept (by their bytes, which name their content): hot terms' blocks.
+DECODED_BODIES = 8192
 
 
 def make_block(
@@ -63,13 +72,16 @@ def make_block(
     """A block of postings in primary-key order (``tags`` empty: all ``PUT``)."""
     if tags and not any(tags):
         tags = b""
+    n = len(pks)
     if tags:
         live = [i for i, tag in enumerate(tags) if tag != DELETE]
-        net = tags.count(PUT) - tags.count(DELETE)
+        dels = tags.count(DELETE)
+        net = tags.count(PUT) - dels
+        changes = n - tags.count(PUT)
         max_tf = max((len(positions[i]) for i in live), default=0)
         min_dl = min((dls[i] for i in live), default=0)
     else:
-        net = len(pks)
+        net, dels, changes = n, 0, 0
         max_tf = max(map(len, positions))
         min_dl = min(dls)
     if set(map(type, pks)) == {int}:
@@ -78,43 +90,58 @@ def make_block(
     else:
         stored = list(pks)
         mode = RAW
-    return [term_len, net, max_tf, min_dl, bytes(tags), mode, stored, list(dls), positions]
+    body = pack([bytes(tags), mode, stored, list(dls), list(positions)])
+    return [term_len, n, net, max_tf, min_dl, dels, changes, body]
 
 
 def block_pks(block: list) -> list:
     """The primary keys of a block."""
-    stored = block[PKS]
-    return list(accumulate(stored)) if block[PK_MODE] == DELTAS else stored
+    return block_postings(block)[0]
 
 
 def block_postings(block: list) -> tuple[list, bytes, list[int], list[list[int]]]:
-    """``(pks, tags, dls, positions)`` of a block, tags one byte per posting."""
-    tags = block[TAGS] or bytes(len(block[DLS]))
-    return block_pks(block), tags, block[DLS], block[POSITIONS]
+    """``(pks, tags, dls, positions)`` of a block, tags one byte per posting (the
+    lists are shared with other readers of the block: never change them)."""
+    return _decode(block[BODY], block[COUNT])
+
+
+@functools.lru_cache(maxsize=DECODED_BODIES)
+def _decode(body: bytes, count: int) -> tuple[list, bytes, list[int], list[list[int]]]:
+    try:
+        tags, mode, stored, dls, positions = unpack(body)
+    except (TypeError, ValueError):
+        raise IntegrityError("a block of postings is not well formed") from None
+    if not (
+        type(tags) is bytes
+        and (not tags or (len(tags) == count and max(tags) <= DELETE))
+        and mode in (RAW, DELTAS)
+        and type(stored) is list
+        and len(stored) == count
+        and (mode == RAW or set(map(type, stored)) == {int})
+        and type(dls) is list
+        and len(dls) == count
+        and set(map(type, dls)) == {int}
+        and type(positions) is list
+        and len(positions) == count
+        and set(map(type, positions)) == {list}
+        and set(map(type, chain.from_iterable(positions))) <= {int}
+    ):
+        raise IntegrityError("a block of postings is not well formed")
+    pks = list(accumulate(stored)) if mode == DELTAS else stored
+    return pks, tags or bytes(count), dls, positions
 
 
 def valid_block(block: Any) -> bool:
-    """Whether ``block`` has the layout above (checked in C, element by element, as
-    everything decoded from a blob is before use)."""
-    if type(block) is not list or len(block) != FIELDS:
-        return False
-    term_len, net, max_tf, min_dl, tags, mode, pks, dls, positions = block
-    n = len(dls) if type(dls) is list else -1
+    """Whether the head of ``block`` has the layout above (its body is checked when it is
+    decoded)."""
     return (
-        n > 0
-        and set(map(type, (term_len, net, max_tf, min_dl))) == {int}
-        and term_len > 0
-        and max_tf >= 0
-        and min_dl >= 0
-        and type(tags) is bytes
-        and (not tags or (len(tags) == n and max(tags) <= DELETE))
-        and mode in (RAW, DELTAS)
-        and type(pks) is list
-        and len(pks) == n
-        and (mode == RAW or set(map(type, pks)) == {int})
-        and set(map(type, dls)) == {int}
-        and type(positions) is list
-        and len(positions) == n
-        and set(map(type, positions)) == {list}
-        and set(map(type, chain.from_iterable(positions))) <= {int}
+        type(block) is list
+        and len(block) == HEAD + 1
+        and set(map(type, block[:HEAD])) == {int}
+        and block[TERM_LEN] > 0
+        and block[COUNT] > 0
+        and min(block[MAX_TF:HEAD]) >= 0
+        and block[DELS] <= block[CHANGES] <= block[COUNT]
+        and block[NET] + block[DELS] >= 0
+        and type(block[BODY]) is bytes
     )

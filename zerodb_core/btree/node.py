@@ -22,7 +22,7 @@ extras: a leaf without tags holds only ``PUT`` entries and an inner node without
 
 from __future__ import annotations
 
-from zerodb_core.btree.blocks import NET, TAGS, valid_block
+from zerodb_core.btree.blocks import DELS, NET, valid_block
 from zerodb_core.btree.tags import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import IntegrityError
 
@@ -140,7 +140,7 @@ class PostingsLeaf:
 
     def tombstones(self) -> int:
         """The DELETE postings of this leaf's blocks."""
-        return sum(block[TAGS].count(DELETE) for block in self.values)
+        return sum(block[DELS] for block in self.values)
 
     def to_payload(self) -> list:
         return [POSTINGS, self.keys, self.values]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from zerodb_core.btree.blocks import TAGS
+from zerodb_core.btree.blocks import BODY, CHANGES
 from zerodb_core.btree.node import (
     ALL_PUT,
     CHILD_OVERHEAD,
@@ -33,7 +33,6 @@ from zerodb_core.btree.workspace import Reader, new_id
 from zerodb_core.crypto.padding import padded_size
 from zerodb_core.encoding import key_after
 from zerodb_core.exceptions import IntegrityError, QueryError
-from zerodb_core.serialization import pack
 
 # Node budgets (estimated payload bytes), a little below a padding size class so a full
 # node lands in it (the estimate may miss a byte per entry with keys over 255 bytes).
@@ -65,6 +64,9 @@ class NodeSizes:
             node_bytes,
         )
 
+
+# The msgpack of a block's head (seven small ints) and framing, at most.
+BLOCK_HEAD_BYTES = 32
 
 # What a sealed blob adds to its padded payload (header, nonce, tag): steers merges only.
 BLOB_OVERHEAD = 66
@@ -253,7 +255,7 @@ def build_run_of(
 def _has_tags(leaf: Leaf | PostingsLeaf) -> bool:
     """Whether a leaf holds anything but puts (of keys, or of postings)."""
     if isinstance(leaf, PostingsLeaf):
-        return any(block[TAGS] for block in leaf.values)
+        return any(block[CHANGES] for block in leaf.values)
     return bool(leaf.tags)
 
 
@@ -261,8 +263,8 @@ def _leaf_size(leaf: Leaf | PostingsLeaf) -> int:
     """The estimated payload of a leaf (as the leaf builders estimate it)."""
     n = len(leaf.keys)
     if isinstance(leaf, PostingsLeaf):
-        blocks = sum(map(len, map(pack, leaf.values)))
-        return NODE_OVERHEAD + len(b"".join(leaf.keys)) + blocks + ENTRY_OVERHEAD * n
+        bodies = sum(len(block[BODY]) for block in leaf.values)
+        return NODE_OVERHEAD + len(b"".join(leaf.keys)) + bodies + BLOCK_HEAD_BYTES * n
     per_entry = ENTRY_OVERHEAD + (1 if leaf.tags else 0)
     return NODE_OVERHEAD + len(b"".join(leaf.keys)) + len(b"".join(leaf.values)) + per_entry * n
 
@@ -291,7 +293,7 @@ def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
 
 
 def _postings_leaves(keys, blocks, leaf_bytes) -> tuple[_Level, list[Node]]:
-    sizes = [len(k) + len(b) + ENTRY_OVERHEAD for k, b in zip(keys, map(pack, blocks))]
+    sizes = [len(k) + len(b[BODY]) + BLOCK_HEAD_BYTES for k, b in zip(keys, blocks)]
     ends = _chunk_ends(sizes, leaf_bytes - NODE_OVERHEAD)
     level: _Level = []
     nodes: list[Node] = []

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 from zerodb_core.btree import DELETE, PUT, REPLACE, Reader, Run, RunRef, gather
 from zerodb_core.btree.blocks import (
     BLOCK_POSTINGS,
-    DLS,
+    CHANGES,
+    COUNT,
     MAX_TF,
     MIN_DL,
-    POSITIONS,
-    TAGS,
     TERM_LEN,
     block_pks,
     block_postings,
@@ -225,7 +224,7 @@ def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Pos
     live: dict[Any, Posting] = {}
     for _, _, block in blocks:
         pks, tags, dls, positions = block_postings(block)
-        if not block[TAGS]:
+        if not block[CHANGES]:
             live.update(zip(pks, zip(dls, positions)))
             continue
         for pk, tag, dl, where in zip(pks, tags, dls, positions):
@@ -288,19 +287,20 @@ def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: 
 
 
 def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
-    """Whether the runs' ranges of primary keys for the term overlap."""
-    spans: dict[int, list[bytes]] = {}
+    """Whether the runs' ranges of primary keys for the term overlap (only each run's
+    last block is decoded, for its last key)."""
     term_len = blocks[0][2][TERM_LEN]
+    firsts: dict[int, bytes] = {}
+    lasts: dict[int, tuple[bytes, list]] = {}
     for age, key, block in blocks:
-        last = encode_key(block_pks(block)[-1])
-        span = spans.get(age)
-        if span is None:
-            spans[age] = [key[term_len:], last]
-        else:
-            span[0] = min(span[0], key[term_len:])
-            span[1] = max(span[1], last)
-    ordered = sorted(spans.values())
-    return any(ordered[i][1] >= ordered[i + 1][0] for i in range(len(ordered) - 1))
+        if age not in firsts or key < firsts[age]:
+            firsts[age] = key
+        if age not in lasts or key > lasts[age][0]:
+            lasts[age] = (key, block)
+    spans = sorted(
+        (firsts[age][term_len:], encode_key(block_pks(lasts[age][1])[-1])) for age in firsts
+    )
+    return any(spans[i][1] >= spans[i + 1][0] for i in range(len(spans) - 1))
 
 
 def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
@@ -330,7 +330,7 @@ def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
 def _as_bottom(item: tuple[bytes, list]) -> tuple[bytes, list] | None:
     """A block of the oldest run: removed postings dropped, replacements made puts."""
     key, block = item
-    if not block[TAGS]:
+    if not block[CHANGES]:
         return item
     pks, tags, dls, positions = block_postings(block)
     keep = [i for i, tag in enumerate(tags) if tag != DELETE]
@@ -351,15 +351,13 @@ def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
     one posting; merged runs should not keep them so)."""
     out: list[tuple[bytes, list]] = []
     for key, block in merged:
-        if out and not out[-1][1][TAGS] and not block[TAGS]:
+        if out and not out[-1][1][CHANGES] and not block[CHANGES]:
             last_key, last = out[-1]
-            if len(last[DLS]) + len(block[DLS]) <= BLOCK_POSTINGS:
+            if last[COUNT] + block[COUNT] <= BLOCK_POSTINGS:
+                a_pks, _, a_dls, a_positions = block_postings(last)
+                b_pks, _, b_dls, b_positions = block_postings(block)
                 joined = make_block(
-                    len(term_key),
-                    block_pks(last) + block_pks(block),
-                    b"",
-                    last[DLS] + block[DLS],
-                    last[POSITIONS] + block[POSITIONS],
+                    len(term_key), a_pks + b_pks, b"", a_dls + b_dls, a_positions + b_positions
                 )
                 out[-1] = (last_key, joined)
                 continue
