@@ -150,6 +150,9 @@ class DB:
         self._id_blocks: dict[str, list[int]] = {}
         self._id_lock = threading.Lock()
         self._last_collection = time.monotonic()
+        # Merge commits, and the round trips and bytes they made (see stats()).
+        self._merges = 0
+        self._merge_cost = dict.fromkeys(("round_trips", "bytes_sent", "bytes_received"), 0)
         # The catalog each model class was last checked against (catalogs are immutable).
         self._checked_catalog: dict[type[Model], Any] = {}
 
@@ -487,6 +490,16 @@ class DB:
     def _merge(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
         """Merge each ``(tree, neighbouring runs, whether the oldest is among them)``
         into one run, in one commit."""
+        before = self.transport.counters.snapshot()
+        try:
+            self._merge_commit(state, jobs)
+        finally:
+            after = self.transport.counters.snapshot()
+            for name in self._merge_cost:
+                self._merge_cost[name] += after[name] - before[name]
+        self._merges += 1
+
+    def _merge_commit(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
         txn = Transaction(self.source, state, sizes=self.sizes)
         readers = [
             (merge_postings_reader if txn.is_text(name) else merge_reader)(runs, bottom)
@@ -519,9 +532,16 @@ class DB:
     # -- inspection ------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Round trips and bytes so far, cache behaviour, and the last root seen."""
+        """Round trips and bytes so far, cache behaviour, and the last root seen.
+
+        ``merges`` counts merge commits, and the ``merge_*`` figures the share of the
+        round trips and bytes that merges made (included in the totals; exact when one
+        thread uses the DB, since the transport's counters are shared).
+        """
         return {
             **self.transport.counters.snapshot(),
+            "merges": self._merges,
+            **{f"merge_{name}": value for name, value in self._merge_cost.items()},
             "cache_hits": self.cache.hits,
             "cache_misses": self.cache.misses,
             "cache_bytes": self.cache.bytes,

@@ -198,3 +198,16 @@ def test_embedded_store_collects_its_garbage(make_db):
     assert db.collect_garbage(retention=0) == pending
     assert storage.stats("local", "main")["garbage"] == 0
     assert {e.name for e in db[Employee].all()} == set(names)  # nothing live was lost
+
+
+def test_stats_count_merges_apart(make_db):
+    db = make_db()
+    for salary in range(3):
+        db.add(Employee(name="a", salary=salary))
+    quiet = db.stats()
+    assert quiet["merges"] == 0 and quiet["merge_bytes_sent"] == 0
+    db.add(Employee(name="a", salary=4))  # the fourth run of each tree: a merge
+    after = db.stats()
+    assert after["merges"] == 1
+    assert 0 < after["merge_bytes_sent"] < after["bytes_sent"] - quiet["bytes_sent"]
+    assert after["merge_round_trips"] == 1  # its inputs were this client's: only the commit
