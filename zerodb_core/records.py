@@ -330,13 +330,16 @@ class Table:
                         n = len(tokens)
                         change.docs += 1
                         change.tokens += n
+                        # Per term, parallel lists (no object per posting): the
+                        # commit cuts blocks from them.
                         for term, where in term_positions(tokens).items():
                             group = groups.get(term)
                             if group is None:
-                                groups[term] = group = (_term_key(term), [], [])
-                            term_key = group[0]
-                            group[1].append(term_key + pk_key)
-                            group[2].append((term_key, pk, n, where))
+                                groups[term] = group = (_term_key(term), [], [], [], [])
+                            group[1].append(pk_key)
+                            group[2].append(pk)
+                            group[3].append(n)
+                            group[4].append(where)
                 else:
                     prefix, with_pk = _field_key(change.index, fields)
                     key = prefix + pk_key if with_pk else prefix
@@ -380,7 +383,13 @@ class Table:
                     tree.delete(key)
             for key, value in change.replaced:
                 tree.put(key, value, True)
-            tree.put_new(*change.entries(in_order))
+            if change.kind == TEXT:
+                for key, value in change.extra:  # new postings of updated documents
+                    tree.put(key, value, False)
+                for term_key, pk_keys, pks, dls, positions in change.groups.values():
+                    tree.add_postings(term_key, pk_keys, pks, dls, positions)
+            else:
+                tree.put_new(*change.entries(in_order))
         return olds
 
     def _probe(self, probes, index: IndexSpec, key: bytes, pk: Any, fields: dict) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodb_core.blobsource import BlobSource
 from zerodb_core.btree import PUT, REPLACE, BlobRequest, RunRef
-from zerodb_core.btree.blocks import HEAD, TERM_LEN, block_postings, make_block
+from zerodb_core.btree.blocks import BODY, TERM_LEN, block_postings, make_block
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, digest
 from zerodb_core.encoding import encode_key
@@ -421,7 +421,7 @@ class _Checker:
             if (
                 key[term_len:] != pk_keys[0]
                 or any(a >= b for a, b in pairwise(pk_keys))
-                or expected[:HEAD] != block[:HEAD]
+                or expected[:BODY] != block[:BODY]
             ):
                 self.problem(where, f"block {key.hex()} disagrees with its own postings")
             for pk_key, pk, tag, dl, at in zip(pk_keys, pks, tags, dls, positions):

@@ -21,7 +21,8 @@ index  field       meaning
 4      min_dl      smallest document length of a live posting (0 if none)
 5      dels        removed postings (tombstones)
 6      changes     postings that are not ``PUT`` (0: the body has no tags)
-7      body        msgpack of ``[tags, pk_mode, pks, dls, positions]``
+7      last        the key (``encode_key``) of the last posting's pk
+8      body        msgpack of ``[tags, pk_mode, pks, dls, positions]``
 =====  ==========  =====================================================================
 
 In the body, ``tags`` has one byte per posting (``PUT``, ``REPLACE``, ``DELETE``) or is
@@ -43,6 +44,7 @@ from operator import sub
 from typing import Any
 
 from zerodb_core.btree.tags import DELETE, PUT
+from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.serialization import pack, unpack
 
@@ -53,8 +55,9 @@ MAX_TF = 3
 MIN_DL = 4
 DELS = 5
 CHANGES = 6
-BODY = 7
-HEAD = 7  # fields before the body
+LAST = 7
+BODY = 8
+HEAD = 7  # the int fields of the head
 
 RAW = 0
 DELTAS = 1
@@ -91,7 +94,7 @@ def make_block(
         stored = list(pks)
         mode = RAW
     body = pack([bytes(tags), mode, stored, list(dls), list(positions)])
-    return [term_len, n, net, max_tf, min_dl, dels, changes, body]
+    return [term_len, n, net, max_tf, min_dl, dels, changes, encode_key(pks[-1]), body]
 
 
 def block_pks(block: list) -> list:
@@ -136,8 +139,9 @@ def valid_block(block: Any) -> bool:
     decoded)."""
     return (
         type(block) is list
-        and len(block) == HEAD + 1
+        and len(block) == BODY + 1
         and set(map(type, block[:HEAD])) == {int}
+        and type(block[LAST]) is bytes
         and block[TERM_LEN] > 0
         and block[COUNT] > 0
         and min(block[MAX_TF:HEAD]) >= 0

@@ -65,8 +65,8 @@ class NodeSizes:
         )
 
 
-# The msgpack of a block's head (seven small ints) and framing, at most.
-BLOCK_HEAD_BYTES = 32
+# The msgpack of a block's head (seven small ints, a pk key) and framing, about.
+BLOCK_HEAD_BYTES = 40
 
 # What a sealed blob adds to its padded payload (header, nonce, tag): steers merges only.
 BLOB_OVERHEAD = 66

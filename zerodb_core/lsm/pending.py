@@ -17,18 +17,26 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import repeat
+from typing import Any
 
 from zerodb_core.btree.node import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import QueryError
 
 
 class Pending:
-    """The exact changes of one transaction to one tree: ``key -> (tag, value)``."""
+    """The exact changes of one transaction to one tree: ``key -> (tag, value)``.
 
-    __slots__ = ("_added", "_sorted", "entries", "undo")
+    New postings of a full-text index may also wait as *segments* (per term, parallel
+    lists of pk keys, pks, document lengths and positions, see :meth:`add_postings`): a
+    bulk load then makes no entry per posting, and the commit cuts blocks from the lists.
+    Anything else that looks at the changes turns segments into entries first.
+    """
+
+    __slots__ = ("_added", "_entries", "_segments", "_sorted", "undo")
 
     def __init__(self, undo: list | None) -> None:
-        self.entries: dict[bytes, tuple[int, bytes]] = {}
+        self._entries: dict[bytes, tuple[int, Any]] = {}
+        self._segments: dict[bytes, list[tuple[list, list, list, list]]] = {}
         # Sorted keys, kept lazily: a bulk load adds many keys between two reads.
         self._sorted: list[bytes] | None = []
         self._added: list[bytes] = []
@@ -36,9 +44,17 @@ class Pending:
         self.undo = undo
 
     def __len__(self) -> int:
-        return len(self.entries)
+        waiting = sum(len(batch[0]) for batches in self._segments.values() for batch in batches)
+        return len(self._entries) + waiting
 
-    def get(self, key: bytes) -> tuple[int, bytes] | None:
+    @property
+    def entries(self) -> dict[bytes, tuple[int, Any]]:
+        """Every change, ``key -> (tag, value)`` (waiting segments included)."""
+        if self._segments:
+            self._materialize()
+        return self._entries
+
+    def get(self, key: bytes) -> tuple[int, Any] | None:
         return self.entries.get(key)
 
     # -- writes ---------------------------------------------------------------------
@@ -65,7 +81,43 @@ class Pending:
         else:
             raise QueryError("a key was deleted twice in one transaction")
 
-    def put_new(self, keys: list[bytes], values: list[bytes]) -> None:
+    def add_postings(
+        self,
+        term_key: bytes,
+        pk_keys: list[bytes],
+        pks: list,
+        dls: list[int],
+        positions: list[list[int]],
+    ) -> None:
+        """Add new postings of one term (of documents new to the snapshot), as lists; with
+        a savepoint to honour, as entries."""
+        if self.undo is not None:
+            self.put_new(
+                [term_key + k for k in pk_keys],
+                [(term_key, pk, dl, at) for pk, dl, at in zip(pks, dls, positions)],
+            )
+            return
+        self._segments.setdefault(term_key, []).append((pk_keys, pks, dls, positions))
+
+    def take_segments(self) -> dict[bytes, list[tuple[list, list, list, list]]] | None:
+        """The waiting segments, if they are all the changes (else None); they are
+        handed over (the commit cuts them into blocks)."""
+        if self._entries or not self._segments:
+            return None
+        segments, self._segments = self._segments, {}
+        return segments
+
+    def _materialize(self) -> None:
+        """Turn waiting segments into entries."""
+        segments, self._segments = self._segments, {}
+        for term_key, batches in segments.items():
+            for pk_keys, pks, dls, positions in batches:
+                self.put_new(
+                    [term_key + k for k in pk_keys],
+                    [(term_key, pk, dl, at) for pk, dl, at in zip(pks, dls, positions)],
+                )
+
+    def put_new(self, keys: list[bytes], values: list[Any]) -> None:
         """Add keys absent from the snapshot (a bulk insert), sorted or not."""
         entries = self.entries
         if entries and not entries.keys().isdisjoint(keys):
@@ -85,18 +137,21 @@ class Pending:
 
     def restore(self, key: bytes, entry) -> None:
         """Set ``key``'s entry (None: no entry), keeping the sorted view right."""
+        entries = self.entries
         if entry is None:
-            if self.entries.pop(key, None) is not None:
+            if entries.pop(key, None) is not None:
                 self._sorted = None
             return
-        if key not in self.entries and self._sorted is not None:
+        if key not in entries and self._sorted is not None:
             self._added.append(key)
-        self.entries[key] = entry
+        entries[key] = entry
 
     # -- reads ----------------------------------------------------------------------
 
     def sorted_keys(self) -> list[bytes]:
         """Every key with an entry, in order."""
+        if self._segments:
+            self._materialize()
         if self._sorted is None:
             self._sorted = sorted(self.entries)
             self._added = []
@@ -169,6 +224,7 @@ class Changes:
         if self.undo is None:
             self.undo = []
             for pending in self.trees.values():
+                pending.entries  # noqa: B018 - segments become entries before logging starts
                 pending.undo = self.undo
         return len(self.undo)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
+from itertools import chain, islice
+from operator import lt
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.btree import DELETE, PUT, REPLACE, Reader, Run, RunRef, gather
@@ -23,6 +25,7 @@ from zerodb_core.btree.blocks import (
     BLOCK_POSTINGS,
     CHANGES,
     COUNT,
+    LAST,
     MAX_TF,
     MIN_DL,
     TERM_LEN,
@@ -68,6 +71,18 @@ class TextTree:
     def put_new(self, keys: list[bytes], values: list[tuple]) -> None:
         if keys:
             self.view.changes.writable(self.name).put_new(keys, values)
+
+    def add_postings(
+        self,
+        term_key: bytes,
+        pk_keys: list[bytes],
+        pks: list,
+        dls: list[int],
+        positions: list[list[int]],
+    ) -> None:
+        """Add the postings of one term in documents new to the snapshot (a load), as
+        parallel lists: no entry per posting is made before the commit cuts blocks."""
+        self.view.changes.writable(self.name).add_postings(term_key, pk_keys, pks, dls, positions)
 
     def delete(self, key: bytes, value: tuple) -> None:
         """Remove a posting; ``value`` is the posting, which the tombstone keeps (its
@@ -194,6 +209,9 @@ class TextTree:
         """The keys and blocks of this transaction's pending postings."""
         pending = self.view.changes.get(self.name)
         assert pending is not None
+        segments = pending.take_segments()
+        if segments is not None:
+            return _segment_blocks(segments)
         keys = pending.sorted_keys()
         entries = pending.entries
         out_keys: list[bytes] = []
@@ -216,6 +234,34 @@ class TextTree:
                 )
             i = end
         return out_keys, blocks
+
+
+def _segment_blocks(segments: dict[bytes, list]) -> tuple[list[bytes], list[list]]:
+    """Blocks cut from the postings of new documents, term by term (sorted by pk key
+    only when they did not come in that order)."""
+    out_keys: list[bytes] = []
+    blocks: list[list] = []
+    for term_key in sorted(segments):
+        batches = segments[term_key]
+        if len(batches) == 1:
+            pk_keys, pks, dls, positions = batches[0]
+        else:
+            pk_keys, pks, dls, positions = (
+                list(chain.from_iterable(b[i] for b in batches)) for i in range(4)
+            )
+        if not all(map(lt, pk_keys, islice(pk_keys, 1, None))):
+            order = sorted(range(len(pk_keys)), key=pk_keys.__getitem__)
+            pk_keys, pks, dls, positions = (
+                [part[i] for i in order] for part in (pk_keys, pks, dls, positions)
+            )
+        term_len = len(term_key)
+        for start in range(0, len(pk_keys), BLOCK_POSTINGS):
+            end = start + BLOCK_POSTINGS
+            out_keys.append(term_key + pk_keys[start])
+            blocks.append(
+                make_block(term_len, pks[start:end], b"", dls[start:end], positions[start:end])
+            )
+    return out_keys, blocks
 
 
 def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Posting]:
@@ -287,20 +333,19 @@ def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: 
 
 
 def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
-    """Whether the runs' ranges of primary keys for the term overlap (only each run's
-    last block is decoded, for its last key)."""
+    """Whether the runs' ranges of primary keys for the term overlap (from the blocks'
+    keys and heads: nothing is decoded)."""
     term_len = blocks[0][2][TERM_LEN]
-    firsts: dict[int, bytes] = {}
-    lasts: dict[int, tuple[bytes, list]] = {}
+    spans: dict[int, list[bytes]] = {}
     for age, key, block in blocks:
-        if age not in firsts or key < firsts[age]:
-            firsts[age] = key
-        if age not in lasts or key > lasts[age][0]:
-            lasts[age] = (key, block)
-    spans = sorted(
-        (firsts[age][term_len:], encode_key(block_pks(lasts[age][1])[-1])) for age in firsts
-    )
-    return any(spans[i][1] >= spans[i + 1][0] for i in range(len(spans) - 1))
+        span = spans.get(age)
+        if span is None:
+            spans[age] = [key[term_len:], block[LAST]]
+        else:
+            span[0] = min(span[0], key[term_len:])
+            span[1] = max(span[1], block[LAST])
+    ordered = sorted(spans.values())
+    return any(ordered[i][1] >= ordered[i + 1][0] for i in range(len(ordered) - 1))
 
 
 def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
