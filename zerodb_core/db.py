@@ -35,7 +35,13 @@ from zerodb_core.exceptions import (
     UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
-from zerodb_core.lsm import MERGE_FACTOR, merge_postings_reader, merge_reader, merge_windows
+from zerodb_core.lsm import (
+    MERGE_FACTOR,
+    merge_postings_reader,
+    merge_reader,
+    merge_windows,
+    small_runs,
+)
 from zerodb_core.models import Model
 from zerodb_core.records import RecordBlob
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
@@ -458,13 +464,20 @@ class DB:
         bounds the number of runs, and nothing depends on it.
         """
         for _ in range(MAX_MERGE_ROUNDS):
-            jobs = [
-                (name, runs[start:stop], stop == len(runs))
-                for name, runs in state.trees.items()
-                for start, stop in merge_windows(runs, self.merge_factor)
-            ]
-            if not jobs:
+            windows = {
+                name: merge_windows(runs, self.merge_factor) for name, runs in state.trees.items()
+            }
+            if not any(windows.values()):
                 return
+            for name, runs in state.trees.items():
+                small = small_runs(runs)
+                if not windows[name] and small is not None:
+                    windows[name] = [small]  # keep the trees in step (see small_runs)
+            jobs = [
+                (name, state.trees[name][start:stop], stop == len(state.trees[name]))
+                for name, found in windows.items()
+                for start, stop in found
+            ]
             try:
                 self._merge(state, jobs)
             except (ConflictError, StoreUnavailableError, QuotaExceededError) as exc:

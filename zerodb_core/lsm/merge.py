@@ -59,6 +59,22 @@ def merge_windows(
     return sorted(windows)
 
 
+def small_runs(runs: tuple[RunRef, ...], floor: int = FLOOR_BYTES) -> tuple[int, int] | None:
+    """The newest runs of a tree that are all below ``floor`` bytes, when there are two
+    or more: ``(0, stop)``, else None.
+
+    A commit touches several trees, and each gets a small run; merged only when each tree
+    reaches ``factor`` of them, trees whose runs grow at different rates fall out of step,
+    and nearly every commit then sets off a merge in one of them (a round trip more for
+    most single-record commits). So when one tree merges, every tree's small runs merge
+    in the same commit: cheap (they are small), and the trees stay in step.
+    """
+    stop = 0
+    while stop < len(runs) and runs[stop].bytes < floor:
+        stop += 1
+    return (0, stop) if stop >= 2 else None
+
+
 def merge_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
     """Read ``runs`` (newest first, neighbours in their tree) whole and combine them.
 
