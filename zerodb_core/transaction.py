@@ -65,8 +65,11 @@ class View:
         return self.sizes.text if self.is_text(name) else self.sizes.index
 
     def run(self, readers: list[Reader]) -> list[Any]:
-        """Run read coroutines in lockstep: one batched fetch per step."""
-        return self.ws.run(readers)
+        """Run read coroutines in lockstep: one batched fetch per step (with the cyclic
+        collector paused: a read may make many short-lived objects, and a collection
+        would walk every node in the cache)."""
+        with gcpause.paused():
+            return self.ws.run(readers)
 
     def table(self, model: str) -> Table | None:
         """The records of ``model``, or None if the catalog does not know it."""

@@ -108,6 +108,16 @@ def block_postings(block: list) -> tuple[list, bytes, list[int], list[list[int]]
     return _decode(block[BODY], block[COUNT])
 
 
+def block_offsets(block: list) -> dict[Any, int]:
+    """Where each primary key of a block is in its lists (kept with the decoded body)."""
+    return _offsets(block[BODY], block[COUNT])
+
+
+@functools.lru_cache(maxsize=DECODED_BODIES)
+def _offsets(body: bytes, count: int) -> dict[Any, int]:
+    return {pk: i for i, pk in enumerate(_decode(body, count)[0])}
+
+
 @functools.lru_cache(maxsize=DECODED_BODIES)
 def _decode(body: bytes, count: int) -> tuple[list, bytes, list[int], list[list[int]]]:
     try:

@@ -29,6 +29,7 @@ from zerodb_core.btree.blocks import (
     MAX_TF,
     MIN_DL,
     TERM_LEN,
+    block_offsets,
     block_pks,
     block_postings,
     make_block,
@@ -167,6 +168,27 @@ class TextTree:
         out.sort()
         return out
 
+    def terms_reader(self, term_keys: list[bytes]) -> Reader:
+        """Return a :class:`TermPostings` per term: its postings, decoded only as a
+        search narrows its documents down."""
+        per_term = yield from self.blocks_reader(term_keys)
+        pending = self.pending
+        out = []
+        for term_key, blocks in zip(term_keys, per_term):
+            touched = False
+            if pending is not None:
+                _, a, b = pending.span(term_key, key_after(term_key))
+                touched = b > a
+            simple = not touched and not any(block[CHANGES] for _, _, block in blocks)
+            if simple and len({age for age, _, _ in blocks}) > 1:
+                simple = not _overlap(blocks)
+            if simple:
+                out.append(TermPostings([block for _, _, block in blocks], None))
+            else:
+                (live,) = yield from self.postings_reader([term_key])
+                out.append(TermPostings([], live))
+        return out
+
     def top_reader(self, term_key: bytes, k: int, weight) -> Reader:
         """Return the ``k`` best ``(score, pk)`` of one term, best first (ties by pk),
         with ``weight(tf, dl)`` its score: blocks are read in the order of their bound
@@ -183,20 +205,30 @@ class TextTree:
                 return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
         (blocks,) = yield from self.blocks_reader([term_key])
         newer = _NewerRuns(blocks)
+        # Best bound first; among equal bounds, smaller keys first (ties rank by pk).
         order = sorted(
-            ((weight(block[MAX_TF], block[MIN_DL]), n) for n, (_, _, block) in enumerate(blocks)),
-            reverse=True,
+            (-weight(block[MAX_TF], block[MIN_DL]), key[block[TERM_LEN] :], n)
+            for n, (_, key, block) in enumerate(blocks)
         )
         best: list[tuple[float, Any]] = []  # a heap of the k best, worst first
-        for bound, n in order:
-            if len(best) == k and bound < best[0][0]:
-                break
+        for neg_bound, first, n in order:
+            if len(best) == k:
+                worst_score, worst_pk = best[0]
+                if -neg_bound < worst_score or (
+                    -neg_bound == worst_score and first > encode_key(worst_pk.value)
+                ):
+                    break  # nothing left can enter the top (not even on a tie)
             age, _, block = blocks[n]
             pks, tags, dls, positions = block_postings(block)
-            for pk, tag, dl, where in zip(pks, tags, dls, positions):
-                if tag == DELETE or (age and newer.supersede(pk, age)):
+            need = _least_tf(weight, block, best[0][0] if len(best) == k else None)
+            covered = age and newer.overlaps(first, block[LAST], age)
+            for i, where in enumerate(positions):
+                if len(where) < need or tags[i] == DELETE:
                     continue
-                entry = (weight(len(where), dl), _Desc(pk))
+                pk = pks[i]
+                if covered and newer.supersede(pk, age):
+                    continue
+                entry = (weight(len(where), dls[i]), _Desc(pk))
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
@@ -262,6 +294,48 @@ def _segment_blocks(segments: dict[bytes, list]) -> tuple[list[bytes], list[list
                 make_block(term_len, pks[start:end], b"", dls[start:end], positions[start:end])
             )
     return out_keys, blocks
+
+
+class TermPostings:
+    """The live postings of one term for a search: its blocks, when they alone say what
+    is live (no tombstones, no replacements, runs of disjoint documents: then nothing is
+    decoded until the search asks for documents), or else a dict of them."""
+
+    __slots__ = ("blocks", "live")
+
+    def __init__(self, blocks: list[list], live: dict[Any, Posting] | None) -> None:
+        self.blocks = blocks
+        self.live = live
+
+    @property
+    def df(self) -> int:
+        """Documents holding the term."""
+        if self.live is not None:
+            return len(self.live)
+        return sum(block[COUNT] for block in self.blocks)
+
+    def documents(self) -> set:
+        """Every document holding the term."""
+        if self.live is not None:
+            return set(self.live)
+        return set(chain.from_iterable(map(block_pks, self.blocks)))
+
+    def match(self, candidates: set) -> dict[Any, Posting]:
+        """``{pk: (document length, positions)}`` of the ``candidates`` holding the term
+        (block by block: which candidates a block holds is a set intersection, in C)."""
+        if self.live is not None:
+            live = self.live
+            return {pk: live[pk] for pk in candidates.intersection(live)}
+        out: dict[Any, Posting] = {}
+        for block in self.blocks:
+            hits = candidates.intersection(block_pks(block))
+            if hits:
+                offsets = block_offsets(block)
+                _, _, dls, positions = block_postings(block)
+                for pk in hits:
+                    i = offsets[pk]
+                    out[pk] = (dls[i], positions[i])
+        return out
 
 
 def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Posting]:
@@ -348,6 +422,18 @@ def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
     return any(ordered[i][1] >= ordered[i + 1][0] for i in range(len(ordered) - 1))
 
 
+def _least_tf(weight, block: list, threshold: float | None) -> int:
+    """The smallest term frequency a posting of ``block`` needs to reach ``threshold``
+    (its weight is at most ``weight(tf, smallest length of the block)``), so postings
+    below it are skipped unscored."""
+    if threshold is None:
+        return 0
+    tf = 1
+    while tf < block[MAX_TF] and weight(tf, block[MIN_DL]) < threshold:
+        tf += 1
+    return tf
+
+
 def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
     """Postings of several runs combined by the exact rules: ``{pk: (tag, dl, positions)}``."""
     out: dict[Any, tuple] = {}
@@ -420,6 +506,19 @@ class _NewerRuns:
             keys.append(key[block[TERM_LEN] :])
             items.append(block)
         self.cache: dict[int, set] = {}
+
+    def overlaps(self, first: bytes, last: bytes, age: int) -> bool:
+        """Whether a run newer than ``age`` has a block of the term whose keys may fall
+        in ``[first, last]`` (then postings of that range are checked one by one)."""
+        for newer in range(age):
+            found = self.by_age.get(newer)
+            if found is None:
+                continue
+            keys, blocks = found
+            i = bisect_right(keys, last) - 1  # the last block starting at or before last
+            if i >= 0 and blocks[i][LAST] >= first:
+                return True
+        return False
 
     def supersede(self, pk: Any, age: int) -> bool:
         """Whether a run newer than ``age`` holds a posting of ``pk``."""

@@ -170,21 +170,22 @@ class Executor:
                 term_keys[0], top, lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
             )
             return ([pk for _, pk in best], {pk: score for score, pk in best})
-        found = yield from tree.postings_reader(term_keys)
-        postings = dict(zip(terms, found))
-        docs: set | None = None
-        for group in sorted(scan.predicate.groups, key=lambda g: min(len(postings[t]) for t in g)):
-            matching = set(postings[group[0]])
-            for term in group[1:]:
-                matching.intersection_update(postings[term])
-            if docs is not None:
-                matching &= docs
+        found = yield from tree.terms_reader(term_keys)
+        by_term = dict(zip(terms, found))
+        groups = sorted(scan.predicate.groups, key=lambda g: min(by_term[t].df for t in g))
+        by_df = sorted(terms, key=lambda t: by_term[t].df)
+        docs = by_term[by_df[0]].documents()
+        postings = {}
+        for term in by_df[1:]:  # each term narrows the documents down for the next
+            postings[term] = by_term[term].match(docs)
+            docs = set(postings[term])
+        postings[by_df[0]] = by_term[by_df[0]].match(docs)
+        for group in groups:
             if len(group) > 1:
-                matching = {pk for pk in matching if _phrase_at(postings, group, pk)}
-            docs = matching if docs is None else docs & matching
-        idfs = {term: bm25_idf(len(postings[term]), n_docs) for term in terms}
+                docs = {pk for pk in docs if _phrase_at(postings, group, pk)}
+        idfs = {term: bm25_idf(by_term[term].df, n_docs) for term in terms}
         scores = {}
-        for pk in docs or ():
+        for pk in docs:
             score = 0.0
             for term in terms:
                 doc_len, positions = postings[term][pk]
