@@ -459,13 +459,25 @@ class Run:
                 break
         return out
 
-    def count_reader(self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True):
+    def count_reader(
+        self,
+        lo: bytes = b"",
+        hi: bytes | None = None,
+        *,
+        exact: bool = True,
+        read_under: int = 0,
+    ):
         """Return the net count (PUT minus DELETE entries) of ``[lo, hi)``.
 
         Exact: the two edge paths only. Not exact (an estimate for the planner): stops above
         the leaves and counts half of each edge leaf, so a warm cache answers with no I/O.
+        ``read_under``: when the leaves between the edges hold at most this many entries,
+        read them too, in the same round trip as the edges (a count followed by a read of
+        the same small range, as ``list(result)`` does, then costs no extra round trip).
         """
-        items = yield from self._descend(lo, hi, 0, None, False, exact=exact, count_only=True)
+        items = yield from self._descend(
+            lo, hi, 0, None, False, exact=exact, count_only=True, read_under=read_under
+        )
         total = 0
         for item in items or ():
             if item[0] == "gap":
@@ -487,7 +499,7 @@ class Run:
             ids += level
         return ids
 
-    def _descend(self, lo, hi, skip, end, reverse, *, exact, count_only=False):
+    def _descend(self, lo, hi, skip, end, reverse, *, exact, count_only=False, read_under=0):
         """Walk down level by level, keeping only the nodes the window may need.
 
         Yields lists of node ids; returns the leaf level as items ``("leaf", node)`` and
@@ -528,7 +540,12 @@ class Run:
                             not windowed
                             or (before_max + count > skip and (end is None or before_min < end))
                         )
-                        new.append(("node", child, c_lo, c_hi) if wanted else ("gap", count))
+                        if wanted:
+                            new.append(("node", child, c_lo, c_hi))
+                        elif last_inner:  # a leaf counted unread (read_under may read it)
+                            new.append(("gap", count, child, c_lo, c_hi))
+                        else:
+                            new.append(("gap", count))
                         before_min += count
                     elif not exact and last_inner:
                         new.append(("gap", count // 2))
@@ -538,6 +555,10 @@ class Run:
             items = new
             if not exact and last_inner:
                 return items
+            if last_inner and read_under:
+                unread = [item for item in items if item[0] == "gap"]
+                if sum(item[1] for item in unread) <= read_under:
+                    items = [("node", *item[2:]) if len(item) == 5 else item for item in items]
 
 
 def _children(node: Inner, lo: bytes, hi: bytes | None, reverse: bool):

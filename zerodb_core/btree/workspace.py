@@ -47,6 +47,9 @@ class Workspace:
         self.dirty: dict[bytes, Any] = {}
         # Persisted blobs this transaction makes unreachable (garbage at commit).
         self.garbage: list[bytes] = []
+        # Nodes a read will probably want soon: fetched with the next fetch that happens
+        # anyway, never by a round trip of their own.
+        self.wanted: list[bytes] = []
 
     # -- savepoints ---------------------------------------------------------------------
 
@@ -59,6 +62,11 @@ class Workspace:
         del self.garbage[marker:]
 
     # -- access -----------------------------------------------------------------------------
+
+    def prefetch(self, node_ids: list[bytes]) -> None:
+        """Fetch these nodes along with the next fetch (if any): a query that will read
+        records after an index reads the record tree's top in the index's round trips."""
+        self.wanted += node_ids
 
     def add(self, obj: Any) -> None:
         """Register a new dirty object under its ``id``."""
@@ -90,7 +98,18 @@ class Workspace:
                     continue
             answer[request] = obj
         if missing:
-            answer.update(self.source.fetch(missing))
+            if self.wanted:
+                asked = {r if r.__class__ is bytes else r[0] for r in missing}
+                extra = [
+                    i
+                    for i in self.wanted
+                    if i not in asked and i not in dirty and lookup(i) is None
+                ]
+                self.wanted = []
+                fetched = self.source.fetch(missing + extra)  # cached by the source
+                answer.update((r, fetched[r]) for r in missing)
+            else:
+                answer.update(self.source.fetch(missing))
         return answer
 
 

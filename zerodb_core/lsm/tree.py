@@ -99,11 +99,15 @@ class LogTree:
                     found[key] = value
         return found
 
-    def count_reader(self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True):
+    def count_reader(
+        self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True, read_under: int = 0
+    ):
         """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
-        when not ``exact``)."""
+        when not ``exact``; ``read_under``: see ``Run.count_reader``)."""
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
-        counts = yield from gather([Run(run).count_reader(lo, hi, exact=exact) for run in runs])
+        counts = yield from gather(
+            [Run(run).count_reader(lo, hi, exact=exact, read_under=read_under) for run in runs]
+        )
         pending = self.pending
         return sum(counts) + (pending.net(lo, hi) if pending is not None else 0)
 
@@ -158,13 +162,10 @@ class LogTree:
             merged.update((key, entries[key]) for key in keys[a:b])
         return [(key, merged[key][1]) for key in sorted(merged) if merged[key][0] != DELETE]
 
-    def prefetch_reader(self) -> Reader:
-        """Read the root node of every run (returning nothing): a query that will read
-        this tree after another one reads them in the other's first round trip."""
-        roots = [run.root for run in self.runs]
-        if roots:
-            yield roots
-        return None
+    def prefetch(self) -> None:
+        """Have the root node of every run fetched with the next fetch of this view (a
+        query that will read this tree after another one)."""
+        self.view.ws.prefetch([run.root for run in self.runs])
 
 
 def _fenced(keys: list[bytes], run: RunRef) -> list[bytes]:

@@ -34,6 +34,10 @@ from zerodb_core.text import bm25_idf, bm25_weight
 INTERSECT_RATIO = 8
 INTERSECT_FLOOR = 256
 
+# A count about to be followed by a read of its range reads the range's leaves with it
+# when they hold at most this many entries (a page of results).
+READ_WITH_COUNT = 512
+
 _NONE_KEY = encode_key(None)
 # Stands for "every primary key" among the scans a plan needs (complements read it).
 ALL_KEYS = None
@@ -94,16 +98,25 @@ class Executor:
 
     # -- counting ------------------------------------------------------------------------
 
-    def count(self, plan: Plan) -> int | None:
-        """Exact count without reading records, or None if records must be checked."""
+    def count(self, plan: Plan, *, then_read: bool = False) -> int | None:
+        """Exact count without reading records, or None if records must be checked.
+
+        ``then_read``: the result will probably be read next (``list(result)`` counts
+        first): a small range's leaves and the record tree's top are read in the count's
+        round trips, so the read that follows needs none for them.
+        """
         if plan.residual is not None:
             return None
         if plan.source is None:
             return len(self.table.records)
         if isinstance(plan.source, IndexScan):
             tree = self.view.tree(plan.source.tree)
-            return sum(self.view.run([tree.count_reader(lo, hi) for lo, hi in plan.source.ranges]))
-        return len(self.primary_keys(plan.source, records=False)[0])
+            under = READ_WITH_COUNT if then_read else 0
+            readers = [tree.count_reader(lo, hi, read_under=under) for lo, hi in plan.source.ranges]
+            if then_read:
+                self.table.records.prefetch()
+            return sum(self.view.run(readers))
+        return len(self.primary_keys(plan.source, records=then_read)[0])
 
     # -- candidates ----------------------------------------------------------------------
 
@@ -118,7 +131,7 @@ class Executor:
             leaves.append(ALL_KEYS)  # every primary key, for complements
         readers = [self._scan_reader(leaf) for leaf in leaves]
         if records:
-            readers.append(self.table.records.prefetch_reader())
+            self.table.records.prefetch()
         results = dict(zip(map(id, leaves), self.view.run(readers)))
         return self._combine(source, results)
 
@@ -195,9 +208,8 @@ class Executor:
 
     def top_text(self, scan: TextScan, k: int) -> list[Any]:
         """The ``k`` best documents of a search, best first."""
-        return self.view.run([self._text_reader(scan, k), self.table.records.prefetch_reader()])[0][
-            0
-        ]
+        self.table.records.prefetch()
+        return self.view.run([self._text_reader(scan, k)])[0][0]
 
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
         if isinstance(source, IndexScan):
@@ -237,15 +249,14 @@ class Executor:
         """
         tree = self.view.tree(scan.tree)
         ranges = list(reversed(scan.ranges)) if reverse else scan.ranges
-        prefetch = self.table.records.prefetch_reader()
+        self.table.records.prefetch()
         if len(ranges) == 1:
             lo, hi = ranges[0]
             entries = self.view.run(
-                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse), prefetch]
+                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse)]
             )[0]
             return [unpack(v) for _, v in entries]
-        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges] + [prefetch])
-        counts.pop()
+        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges])
         readers = []
         remaining = limit
         for (lo, hi), count in zip(ranges, counts):

@@ -63,7 +63,7 @@ class QueryResult:
                 self._count = len(self._all_rows())
             else:
                 executor, p = self._prepared()
-                total = executor.count(p) if executor is not None else 0
+                total = executor.count(p, then_read=True) if executor is not None else 0
                 if total is None:
                     self._count = len(self._all_rows())
                 else:
