@@ -66,7 +66,11 @@ class Workspace:
     def prefetch(self, node_ids: list[bytes]) -> None:
         """Fetch these nodes along with the next fetch (if any): a query that will read
         records after an index reads the record tree's top in the index's round trips."""
-        self.wanted += node_ids
+        wanted = self.wanted
+        for node_id in node_ids:  # only what is not at hand (and each id once)
+            fresh = node_id not in wanted and node_id not in self.dirty
+            if fresh and self.source.lookup(node_id) is None:
+                wanted.append(node_id)
 
     def add(self, obj: Any) -> None:
         """Register a new dirty object under its ``id``."""
