@@ -34,6 +34,7 @@ KNOWN_OPTIONS = frozenset(
         "FRESHNESS_PATH",
         "DELAY",
         "NODE_BYTES",
+        "MERGE_FACTOR",
         # The blob-server client (STORE "zerodb://host:port" only).
         "TLS",
         "CA_FILE",
@@ -96,6 +97,7 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
         "freshness_path": options.get("FRESHNESS_PATH"),
         "delay": float(options.get("DELAY") or 0.0),
         "node_bytes": options.get("NODE_BYTES"),
+        "merge_factor": options.get("MERGE_FACTOR"),
         "remote": remote,
     }
 
@@ -126,6 +128,7 @@ def open_engine(params: dict[str, Any]) -> DB:
         str(params["key_file"]),
         params["delay"],
         params["node_bytes"],
+        params.get("merge_factor"),
         params.get("freshness"),
         tuple(sorted((params.get("remote") or {}).items())),
     )
@@ -133,7 +136,7 @@ def open_engine(params: dict[str, Any]) -> DB:
         engine = _engines.get(key)
         if engine is None:
             kwargs: dict[str, Any] = {"database": params["database"], "delay": params["delay"]}
-            for name in ("kdf", "cache_bytes", "freshness_path", "node_bytes"):
+            for name in ("kdf", "cache_bytes", "freshness_path", "node_bytes", "merge_factor"):
                 if params[name] is not None:
                     kwargs[name] = params[name]
             if params["key_file"] is not None:

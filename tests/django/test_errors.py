@@ -23,7 +23,7 @@ from django.test.utils import override_settings
 
 from django_zerodb.base import DatabaseWrapper
 from django_zerodb.checks import check_databases
-from django_zerodb.store import forget_engines, store_settings
+from django_zerodb.store import forget_engines, open_engine, store_settings
 from tests.django.conftest import BOTH_STORES, db
 from tests.django.testapp.models import Department, Employee
 
@@ -175,6 +175,16 @@ def test_blob_server_options_reach_the_engine():
         entry(STORE="zerodb://127.0.0.1:8001", POOL_SIZE=8, TIMEOUT=5, TLS=True)
     )
     assert params["remote"] == {"pool_size": 8, "timeout": 5, "tls": True}
+
+
+def test_merge_factor_reaches_the_engine(tmp_path):
+    store = f"sqlite:///{tmp_path / 'merge.zdb'}"
+    params = store_settings(entry(STORE=store, MERGE_FACTOR=8))
+    assert params["merge_factor"] == 8
+    try:
+        assert open_engine(params).merge_factor == 8
+    finally:
+        forget_engines(store)
 
 
 def test_good_configuration_passes_the_check():
