@@ -43,8 +43,9 @@ from zerodb_core.lsm import (
     small_runs,
 )
 from zerodb_core.models import Model
-from zerodb_core.records import RecordBlob
+from zerodb_core.records import RecordBlob, value_prefixes
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
+from zerodb_core.schema import IndexSpec
 from zerodb_core.serialization import pack, unpack
 from zerodb_core.transaction import (
     DeleteRecord,
@@ -521,11 +522,13 @@ class DB:
         for (name, runs, _), (segments, garbage) in zip(jobs, txn.run(readers)):
             output, nodes = None, []
             if segments:
+                index = txn.filtered_index(name)
                 output, nodes = build_run_of(
                     segments,
                     leaf_bytes=txn.leaf_bytes(name),
                     inner_bytes=self.sizes.inner,
                     postings=txn.is_text(name),
+                    filter_values=None if index is None else _prefixes(index, segments),
                 )
             inputs = tuple(run.root for run in runs)
             txn.apply(MergeRuns(name, inputs, output, tuple(nodes), tuple(garbage)))
@@ -570,6 +573,23 @@ class DB:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefixes(index: IndexSpec, segments: list) -> list[bytes]:
+    """The values of a merged run of ``index`` (for its filter): of the new entries and
+    of the leaves kept."""
+    out: list[bytes] = []
+    for segment in segments:
+        keys, values = (
+            (segment[0], segment[1])
+            if isinstance(segment, tuple)
+            else (
+                segment.keys,
+                segment.values,
+            )
+        )
+        out += value_prefixes(index, keys, values)
+    return out
 
 
 def _open_transport(

@@ -73,6 +73,22 @@ def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dic
     return {key + pk_key if with_pk else key: pack(pk)}
 
 
+def filtered(index: IndexSpec) -> bool:
+    """Whether runs of ``index`` keep a Bloom filter of its values: ordered indexes of one
+    field, whose lookups by value (equality, ``in``, unique probes) name the part of the
+    key before the pk exactly."""
+    return index.kind != TEXT and len(index.fields) == 1
+
+
+def value_prefixes(index: IndexSpec, keys: Iterable[bytes], values: Iterable[bytes]):
+    """The value part of each entry's key (what the filter of a run of ``index`` holds):
+    a field index's keys end with the pk's key, and so do a unique index's keys of None;
+    every entry's value (a tombstone's too) is its packed pk."""
+    if index.kind == UNIQUE:
+        return [_NONE_KEY if key.startswith(_NONE_KEY) else key for key in keys]
+    return [key[: len(key) - len(encode_key(unpack(v)))] for key, v in zip(keys, values)]
+
+
 def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
     """Return the part of an ordered index's key before the pk, and whether the pk follows.
 
@@ -377,10 +393,7 @@ class Table:
         for change in changes:
             tree = self.index_tree(change.index)
             for key, value in change.removed:
-                if change.kind == TEXT:
-                    tree.delete(key, value)
-                else:
-                    tree.delete(key)
+                tree.delete(key, value)  # a tombstone keeps its pk (or posting)
             for key, value in change.replaced:
                 tree.put(key, value, True)
             if change.kind == TEXT:
@@ -456,8 +469,8 @@ class Table:
                     self.spec.index_tree(index), -_has_text(index, old), -length
                 )
             else:
-                for key in index_entries(index, pk, pk_key, old):
-                    tree.delete(key)
+                for key, value in index_entries(index, pk, pk_key, old).items():
+                    tree.delete(key, value)
         return old
 
     def build_index(self, index: IndexSpec) -> int:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core import gcpause
-from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run, new_id
+from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run_of, new_id
 from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
 from zerodb_core.lsm import Changes, LogTree, TextTree
-from zerodb_core.records import Table, spilled_value_ids
+from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import TEXT, ModelSpec
+from zerodb_core.schema import TEXT, IndexSpec, ModelSpec
 
 if TYPE_CHECKING:
     from zerodb_core.btree import NodeSource, Reader
@@ -48,7 +48,16 @@ class View:
         index)."""
         if self.is_text(name):
             return TextTree(self, name, self.sizes.text)
-        return LogTree(self, name, self.leaf_bytes(name))
+        return LogTree(self, name, self.leaf_bytes(name), self.filtered_index(name))
+
+    def filtered_index(self, name: str) -> IndexSpec | None:
+        """The index a tree holds, when its runs keep Bloom filters of its values."""
+        if name.startswith("r/"):
+            return None
+        model, _, index_name = name[2:].rpartition("/")
+        spec = self.catalog.get(model)
+        index = spec.indexes.get(index_name) if spec is not None else None
+        return index if index is not None and filtered(index) else None
 
     def is_text(self, name: str) -> bool:
         """Whether the tree ``name`` is a full-text index (blocks of postings)."""
@@ -347,13 +356,13 @@ class Transaction(View):
                 entries = pending.entries
                 values = [entries[key][1] for key in keys]
                 tags = bytes(entries[key][0] for key in keys)
-            run, nodes = build_run(
-                keys,
-                values,
-                tags,
+            index = self.filtered_index(name)
+            run, nodes = build_run_of(
+                [(keys, values, tags)],
                 leaf_bytes=self.leaf_bytes(name),
                 inner_bytes=self.sizes.inner,
                 postings=postings,
+                filter_values=None if index is None else value_prefixes(index, keys, values),
             )
             trees[name] = (run, *trees.get(name, ()))
             objects += nodes

@@ -39,11 +39,20 @@ from typing import TYPE_CHECKING, Any
 from zerodb_core.blobsource import BlobSource
 from zerodb_core.btree import PUT, REPLACE, BlobRequest, RunRef
 from zerodb_core.btree.blocks import BODY, TERM_LEN, block_postings, make_block
+from zerodb_core.btree.filters import BloomFilter
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, digest
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError, QueryError
-from zerodb_core.records import INLINE, SPILLED, decode_record, index_entries, text_entries
+from zerodb_core.records import (
+    INLINE,
+    SPILLED,
+    decode_record,
+    filtered,
+    index_entries,
+    text_entries,
+    value_prefixes,
+)
 from zerodb_core.rootstate import EMPTY_STATE, RootState, parse_payload, root_blob_id
 from zerodb_core.schema import TEXT, UNIQUE, IndexSpec, ModelSpec
 from zerodb_core.serialization import unpack
@@ -245,7 +254,7 @@ class _Checker:
     ) -> None:
         tree = spec.index_tree(index)
         where = f"index {spec.name}.{index.name}"
-        actual = dict(self.walk(tree, postings=index.kind == TEXT))
+        actual = dict(self.walk(tree, postings=index.kind == TEXT, index=index))
         self.report.index_entries += len(actual)
         expected: dict[bytes, bytes] = {}
         owner: dict[bytes, Any] = {}
@@ -303,7 +312,9 @@ class _Checker:
 
     # -- trees -------------------------------------------------------------------------
 
-    def walk(self, name: str, *, postings: bool = False) -> list[tuple[bytes, Any]]:
+    def walk(
+        self, name: str, *, postings: bool = False, index: IndexSpec | None = None
+    ) -> list[tuple[bytes, Any]]:
         """Check every run of a tree and return its live entries in key order: each
         key's newest entry, the runs applied oldest first. ``postings``: a full-text
         index, whose entries are blocks; its postings are returned, keyed by term key
@@ -317,6 +328,8 @@ class _Checker:
                 self.problem(where, "the oldest run of a tree holds more than puts")
             disagreements = 0
             entries = self.walk_run(where, run)
+            if run.filter is not None:
+                self.check_filter(where, run, index, entries)
             if postings:
                 entries = self.unblock(where, entries)
             for key, tag, value in entries:
@@ -399,6 +412,29 @@ class _Checker:
         if entries and run.plain and any(tag != PUT for _, tag, _ in entries):
             self.problem(name, "the root record says the run holds only puts, but it does not")
         return entries
+
+    def check_filter(self, where: str, run: RunRef, index: IndexSpec | None, entries) -> None:
+        """A run's Bloom filter must hold the value of every entry (a value it missed
+        would make lookups skip the run: a wrong answer, not a slow one)."""
+        if not self.visit(where, run.filter):
+            return
+        if index is None or not filtered(index):
+            self.problem(where, "the run has a filter, but its tree keeps none")
+            return
+        found = self.fetch(where, [run.filter]).get(run.filter)
+        if found is None:
+            return
+        if not isinstance(found, BloomFilter):
+            self.problem(where, "the run's filter is not a filter")
+            return
+        try:
+            values = value_prefixes(index, [k for k, _, _ in entries], [v for _, _, v in entries])
+        except IntegrityError:
+            self.problem(where, "an entry's value is not a packed primary key")
+            return
+        missed = sum(not found.may_hold(value) for value in values)
+        if missed:
+            self.problem(where, f"the run's filter misses {missed} of its values")
 
     def unblock(self, where: str, blocks: list[tuple[bytes, int, Any]]) -> list[tuple]:
         """The postings of a run's blocks, ``(term key + pk key, tag, posting)``, each

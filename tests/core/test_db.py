@@ -211,3 +211,28 @@ def test_stats_count_merges_apart(make_db):
     assert after["merges"] == 1
     assert 0 < after["merge_bytes_sent"] < after["bytes_sent"] - quiet["bytes_sent"]
     assert after["merge_round_trips"] == 1  # its inputs were this client's: only the commit
+
+
+def test_an_equality_reads_one_leaf_of_the_runs_that_hold_its_value(make_db):
+    """Runs of a one-field index keep Bloom filters of their values: an equality lookup
+    reads the leaf of the one run holding the value, not one in every run."""
+    from zerodb_core.btree import Run
+
+    storage = MemoryStorage()
+    db = make_db(storage, merge_factor=100, node_bytes=256)
+    for batch in range(4):  # four runs of interleaved values
+        with db.transaction():
+            db.add(*(Employee(name=f"n{i:03d}", salary=i) for i in range(batch, 400, 4)))
+    runs = db.read_root().trees["i/Employee/name"]
+    assert len(runs) == 4 and all(run.filter for run in runs)
+    view = db.current_view()
+    leaves = [
+        {leaf.id for leaf in view.run([Run(run).leaves_reader()])[0]} for run in runs
+    ]
+    fresh = make_db(storage, merge_factor=100, node_bytes=256)
+    fetched: list[bytes] = []
+    get = fresh.transport._get_blobs
+    fresh.transport._get_blobs = lambda database, ids: fetched.extend(ids) or get(database, ids)
+    assert [e.salary for e in fresh[Employee].query(name="n201")] == [201]
+    touched = [len(run_leaves & set(fetched)) for run_leaves in leaves]
+    assert sorted(touched) == [0, 0, 0, 1]

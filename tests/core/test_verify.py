@@ -8,6 +8,7 @@ import pytest
 
 from blob_server.storage.memory import MemoryStorage
 from zerodb_core.btree import PUT, Inner, new_id
+from zerodb_core.btree.filters import BloomFilter
 from zerodb_core.encoding import encode_key
 from zerodb_core.models import Field, Model, Text
 from zerodb_core.serialization import pack
@@ -184,3 +185,17 @@ class _Nothing:
 def test_models_limits_the_check(db):
     report = verify(db, models=["Person", "Missing"])
     assert [str(p) for p in report.problems] == ["Missing: no such model in the catalog"]
+
+
+def test_a_filter_that_misses_a_value_is_found(db):
+    """A run's filter that says no for one of its values would make lookups skip it."""
+    with db.transaction() as txn:
+        tree = _tree(db, txn, "name")
+        run = tree.runs[0]
+        bloom = txn.run([_fetch(run.filter)])[0]
+        empty = BloomFilter(new_id(), bloom.size, bloom.probes, bytes(len(bloom.bits)))
+        txn.merged.append(empty)
+        txn.runs[tree.name] = (replace(run, filter=empty.id), *tree.runs[1:])
+        txn.ops.append(_Nothing())
+    messages = [str(p) for p in verify(db).problems]
+    assert any("filter misses" in m for m in messages), messages

@@ -23,6 +23,7 @@ extras: a leaf without tags holds only ``PUT`` entries and an inner node without
 from __future__ import annotations
 
 from zerodb_core.btree.blocks import DELS, NET, valid_block
+from zerodb_core.btree.filters import FILTER, filter_from_payload
 from zerodb_core.btree.tags import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import IntegrityError
 
@@ -169,6 +170,8 @@ def node_from_payload(node_id: bytes, payload: object) -> Node:
             keys, blocks = payload[1], payload[2]  # type: ignore[index]
             if len(keys) == len(blocks) and _all_bytes(keys) and _valid_blocks(blocks):
                 return PostingsLeaf(node_id, keys, blocks)
+        elif kind == FILTER:
+            return filter_from_payload(node_id, payload)  # type: ignore[arg-type]
         elif kind == INNER and size in (4, 5):
             keys, children, counts = payload[1], payload[2], payload[3]  # type: ignore[index]
             dels = payload[4] if size == 5 else []  # type: ignore[index]

@@ -13,11 +13,13 @@ and ``hi=None`` for "to the end".
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
 from zerodb_core.btree.blocks import BODY, CHANGES
+from zerodb_core.btree.filters import BloomFilter
 from zerodb_core.btree.node import (
     ALL_PUT,
     CHILD_OVERHEAD,
@@ -82,7 +84,8 @@ class RunRef:
     its DELETE entries, ``plain`` whether every entry is a PUT (then positions inside
     the run are positions among live keys). ``bytes`` is the sealed size of its nodes,
     which the merge policy weighs. ``first`` and ``last`` bound its keys (inclusive;
-    None: unknown), so reads skip runs that cannot hold a key.
+    None: unknown), so reads skip runs that cannot hold a key. ``filter`` is the blob id
+    of its Bloom filter of values, if it has one (:mod:`zerodb_core.btree.filters`).
     """
 
     root: bytes
@@ -93,6 +96,7 @@ class RunRef:
     first: bytes | None = None
     last: bytes | None = None
     plain: bool = True
+    filter: bytes | None = None
 
     def to_payload(self) -> list:
         return [
@@ -104,6 +108,7 @@ class RunRef:
             self.first,
             self.last,
             self.plain,
+            self.filter,
         ]
 
     @classmethod
@@ -112,9 +117,9 @@ class RunRef:
         try:
             if len(payload) == 3:  # a format-1 tree: one run of PUT entries
                 root, height, count = payload
-                dels, size, first, last, plain = 0, count * 32, None, None, True
+                dels, size, first, last, plain, bloom = 0, count * 32, None, None, True, None
             else:
-                root, height, count, dels, size, first, last, plain = payload
+                root, height, count, dels, size, first, last, plain, bloom = payload
         except (TypeError, ValueError):
             raise IntegrityError("malformed run reference in root record") from None
         if not (
@@ -132,9 +137,10 @@ class RunRef:
             and (last is None or type(last) is bytes)
             and type(plain) is bool
             and (not plain or dels == 0)
+            and (bloom is None or (type(bloom) is bytes and len(bloom) == 16))
         ):
             raise IntegrityError("malformed run reference in root record")
-        return cls(root, height, count, dels, size, first, last, plain)
+        return cls(root, height, count, dels, size, first, last, plain, bloom)
 
     def may_hold(self, key: bytes) -> bool:
         """Whether ``key`` can be in this run, by its fence keys alone (no I/O)."""
@@ -179,12 +185,18 @@ Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf
 
 
 def build_run_of(
-    segments: list[Segment], *, leaf_bytes: int, inner_bytes: int, postings: bool = False
+    segments: list[Segment],
+    *,
+    leaf_bytes: int,
+    inner_bytes: int,
+    postings: bool = False,
+    filter_values: Iterable[bytes] | None = None,
 ) -> tuple[RunRef, list[Node]]:
     """A run of ``segments`` in key order: entries ``(keys, values, tags)`` to pack into
     new leaves, or leaves of other runs to keep as they are (a merge keeps the leaves no
-    other input overlaps, and writes only new inner nodes above them). Return its
-    reference and its new nodes."""
+    other input overlaps, and writes only new inner nodes above them). With
+    ``filter_values``, the run gets a Bloom filter of them. Return its reference and its
+    new nodes."""
     level: _Level = []
     nodes: list[Node] = []
     reused: list[Node] = []
@@ -239,6 +251,10 @@ def build_run_of(
         level = above
         height += 1
     _, root, count, _, _ = level[0]
+    bloom = None if filter_values is None else BloomFilter.of(new_id(), filter_values)
+    if bloom is not None:
+        nodes.append(bloom)
+        total_bytes += padded_size(len(bloom.bits) + 16) + BLOB_OVERHEAD
     ref = RunRef(
         root,
         height,
@@ -248,6 +264,7 @@ def build_run_of(
         _lower_fence(first),
         _upper_fence(last),
         plain and not dels,
+        None if bloom is None else bloom.id,
     )
     return ref, nodes
 
@@ -488,10 +505,10 @@ class Run:
         return total
 
     def node_ids_reader(self) -> Reader:
-        """Return the id of every node of the run (only inner nodes are read: they name
-        their children)."""
+        """Return the id of every node of the run, its filter included (only inner nodes
+        are read: they name their children)."""
         ref = self.ref
-        ids = [ref.root]
+        ids = [ref.root] if ref.filter is None else [ref.root, ref.filter]
         level = [ref.root]
         for _ in range(ref.height - 1):
             nodes = yield level

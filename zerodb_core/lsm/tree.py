@@ -18,22 +18,32 @@ from typing import TYPE_CHECKING
 
 from zerodb_core.btree import Reader, Run, RunRef, gather
 from zerodb_core.btree.node import DELETE
+from zerodb_core.encoding import encode_key, key_after
+from zerodb_core.exceptions import QueryError
 from zerodb_core.lsm.pending import Pending
 from zerodb_core.lsm.window import window_reader
+from zerodb_core.schema import UNIQUE
 
 if TYPE_CHECKING:
+    from zerodb_core.schema import IndexSpec
     from zerodb_core.transaction import View
+
+_NONE_KEY = encode_key(None)
 
 
 class LogTree:
     """One tree as a snapshot or transaction sees it."""
 
-    __slots__ = ("leaf_bytes", "name", "view")
+    __slots__ = ("index", "leaf_bytes", "name", "view")
 
-    def __init__(self, view: View, name: str, leaf_bytes: int) -> None:
+    def __init__(
+        self, view: View, name: str, leaf_bytes: int, index: IndexSpec | None = None
+    ) -> None:
         self.view = view
         self.name = name
         self.leaf_bytes = leaf_bytes
+        # The index whose runs keep filters of values (None: no filters to consult).
+        self.index = index
 
     @property
     def runs(self) -> tuple[RunRef, ...]:
@@ -59,9 +69,10 @@ class LogTree:
         if keys:
             self.view.changes.writable(self.name).put_new(keys, values)
 
-    def delete(self, key: bytes) -> None:
-        """Remove ``key``, which must be live."""
-        self.view.changes.writable(self.name).delete(key)
+    def delete(self, key: bytes, tombstone: bytes = b"") -> None:
+        """Remove ``key``, which must be live; an index's tombstone keeps the entry's
+        value (its packed pk: a run's filter is made from its entries' values)."""
+        self.view.changes.writable(self.name).delete(key, tombstone)
 
     # -- reads (generators for Workspace.run) ---------------------------------------
 
@@ -83,6 +94,13 @@ class LogTree:
             wanted = rest
         runs = [(run, _fenced(wanted, run)) for run in self.runs]
         runs = [(run, keys) for run, keys in runs if keys]
+        if self.index is not None and self.index.kind == UNIQUE and len(runs) > 1:
+            filters = yield from _filters_reader([run for run, _ in runs])
+            runs = [
+                (run, [k for k in keys if _passes(filters, run, _value_of_unique(k))])
+                for run, keys in runs
+            ]
+            runs = [(run, keys) for run, keys in runs if keys]
         if not runs:
             return found
         answers = yield from gather([Run(run).get_many_reader(keys) for run, keys in runs])
@@ -105,6 +123,7 @@ class LogTree:
         """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
         when not ``exact``; ``read_under``: see ``Run.count_reader``)."""
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
+        runs = yield from self._filtered_runs(runs, lo, hi)
         counts = yield from gather(
             [Run(run).count_reader(lo, hi, exact=exact, read_under=read_under) for run in runs]
         )
@@ -125,6 +144,7 @@ class LogTree:
         if hi is not None and hi <= lo:
             return []
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
+        runs = yield from self._filtered_runs(runs, lo, hi)
         pending = self.pending
         if pending is not None:
             _, a, b = pending.span(lo, hi)
@@ -143,6 +163,14 @@ class LogTree:
             return items
         stop = None if limit is None else skip + limit
         return (yield from window_reader(runs, pending, lo, hi, skip, stop, reverse))
+
+    def _filtered_runs(self, runs: list[RunRef], lo: bytes, hi: bytes | None) -> Reader:
+        """The runs that may hold a key of ``[lo, hi)``: when the range is every key with
+        one value (an equality), the runs whose filter rules the value out are left out."""
+        if self.index is None or len(runs) < 2 or not lo or hi is None or hi != _after(lo):
+            return runs
+        filters = yield from _filters_reader(runs)
+        return [run for run in runs if _passes(filters, run, lo)]
 
     def _merged_reader(
         self, runs: list[RunRef], pending: Pending | None, lo: bytes, hi: bytes | None
@@ -166,6 +194,31 @@ class LogTree:
         """Have the root node of every run fetched with the next fetch of this view (a
         query that will read this tree after another one)."""
         self.view.ws.prefetch([run.root for run in self.runs])
+
+
+def _filters_reader(runs: list[RunRef]) -> Reader:
+    """Read the filters of ``runs`` (their roots too, which the reads after need)."""
+    ids = [run.filter for run in runs if run.filter is not None]
+    if not ids:
+        return {}
+    found = yield ids + [run.root for run in runs]
+    return {blob_id: found[blob_id] for blob_id in ids}
+
+
+def _passes(filters: dict, run: RunRef, value: bytes) -> bool:
+    return run.filter is None or filters[run.filter].may_hold(value)
+
+
+def _value_of_unique(key: bytes) -> bytes:
+    """The value part of a unique index's key (None keys end with a pk)."""
+    return _NONE_KEY if key.startswith(_NONE_KEY) else key
+
+
+def _after(prefix: bytes) -> bytes | None:
+    try:
+        return key_after(prefix)
+    except QueryError:
+        return None
 
 
 def _fenced(keys: list[bytes], run: RunRef) -> list[bytes]:
