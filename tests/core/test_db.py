@@ -226,9 +226,7 @@ def test_an_equality_reads_one_leaf_of_the_runs_that_hold_its_value(make_db):
     runs = db.read_root().trees["i/Employee/name"]
     assert len(runs) == 4 and all(run.filter for run in runs)
     view = db.current_view()
-    leaves = [
-        {leaf.id for leaf in view.run([Run(run).leaves_reader()])[0]} for run in runs
-    ]
+    leaves = [{leaf.id for leaf in view.run([Run(run).leaves_reader()])[0]} for run in runs]
     fresh = make_db(storage, merge_factor=100, node_bytes=256)
     fetched: list[bytes] = []
     get = fresh.transport._get_blobs
