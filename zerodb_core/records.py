@@ -86,7 +86,14 @@ def value_prefixes(index: IndexSpec, keys: Iterable[bytes], values: Iterable[byt
     every entry's value (a tombstone's too) is its packed pk."""
     if index.kind == UNIQUE:
         return [_NONE_KEY if key.startswith(_NONE_KEY) else key for key in keys]
-    return [key[: len(key) - len(encode_key(unpack(v)))] for key, v in zip(keys, values)]
+    return [key[: len(key) - _pk_key_length(v)] for key, v in zip(keys, values)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _pk_key_length(packed_pk: bytes) -> int:
+    """The length of the key of a packed pk (the same pk ends the keys of every index of
+    its record, so each is worked out once)."""
+    return len(encode_key(unpack(packed_pk)))
 
 
 def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
@@ -346,16 +353,14 @@ class Table:
                         n = len(tokens)
                         change.docs += 1
                         change.tokens += n
-                        # Per term, parallel lists (no object per posting): the
-                        # commit cuts blocks from them.
+                        # Per term, its postings (turned into parallel lists below:
+                        # the commit cuts blocks from them).
                         for term, where in term_positions(tokens).items():
                             group = groups.get(term)
                             if group is None:
-                                groups[term] = group = (_term_key(term), [], [], [], [])
-                            group[1].append(pk_key)
-                            group[2].append(pk)
-                            group[3].append(n)
-                            group[4].append(where)
+                                groups[term] = [(pk_key, pk, n, where)]
+                            else:
+                                group.append((pk_key, pk, n, where))
                 else:
                     prefix, with_pk = _field_key(change.index, fields)
                     key = prefix + pk_key if with_pk else prefix
@@ -399,8 +404,9 @@ class Table:
             if change.kind == TEXT:
                 for key, value in change.extra:  # new postings of updated documents
                     tree.put(key, value, False)
-                for term_key, pk_keys, pks, dls, positions in change.groups.values():
-                    tree.add_postings(term_key, pk_keys, pks, dls, positions)
+                for term, postings in change.groups.items():
+                    pk_keys, pks, dls, positions = map(list, zip(*postings))
+                    tree.add_postings(_term_key(term), pk_keys, pks, dls, positions)
             else:
                 tree.put_new(*change.entries(in_order))
         return olds

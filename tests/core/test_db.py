@@ -234,3 +234,23 @@ def test_an_equality_reads_one_leaf_of_the_runs_that_hold_its_value(make_db):
     assert [e.salary for e in fresh[Employee].query(name="n201")] == [201]
     touched = [len(run_leaves & set(fetched)) for run_leaves in leaves]
     assert sorted(touched) == [0, 0, 0, 1]
+
+
+def test_filters_serve_equalities_only(make_db):
+    """A prefix range looks like an equality's (every key from one prefix on), but the
+    filters hold whole values: prefix and range queries must read every run."""
+    from zerodb_core.query import StartsWith
+
+    db = make_db(merge_factor=100)
+    for batch in ("", "ab", "abc", "b"):  # four runs, one name each
+        db.add(Employee(name=batch, salary=len(batch)))
+    assert len(db.read_root().trees["i/Employee/name"]) == 4
+    assert sorted(e.name for e in db[Employee].query(StartsWith("name", ""))) == [
+        "",
+        "ab",
+        "abc",
+        "b",
+    ]
+    assert sorted(e.name for e in db[Employee].query(StartsWith("name", "ab"))) == ["ab", "abc"]
+    assert [e.name for e in db[Employee].query(name="ab")] == ["ab"]
+    assert len(db[Employee].query(name="abc")) == 1

@@ -72,7 +72,8 @@ DECODED_BODIES = 8192
 def make_block(
     term_len: int, pks: list, tags: bytes, dls: list[int], positions: list[list[int]]
 ) -> list:
-    """A block of postings in primary-key order (``tags`` empty: all ``PUT``)."""
+    """A block of postings in primary-key order (``tags`` empty: all ``PUT``); the lists
+    are packed as they are, not kept."""
     if tags and not any(tags):
         tags = b""
     n = len(pks)
@@ -93,7 +94,7 @@ def make_block(
     else:
         stored = list(pks)
         mode = RAW
-    body = pack([bytes(tags), mode, stored, list(dls), list(positions)])
+    body = pack([bytes(tags), mode, stored, dls, positions])
     return [term_len, n, net, max_tf, min_dl, dels, changes, encode_key(pks[-1]), body]
 
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 from zerodb_core.btree import Reader, Run, RunRef, gather
 from zerodb_core.btree.node import DELETE
-from zerodb_core.encoding import encode_key, key_after
-from zerodb_core.exceptions import QueryError
+from zerodb_core.encoding import encode_key
 from zerodb_core.lsm.pending import Pending
 from zerodb_core.lsm.window import window_reader
 from zerodb_core.schema import UNIQUE
@@ -118,12 +117,20 @@ class LogTree:
         return found
 
     def count_reader(
-        self, lo: bytes = b"", hi: bytes | None = None, *, exact: bool = True, read_under: int = 0
+        self,
+        lo: bytes = b"",
+        hi: bytes | None = None,
+        *,
+        exact: bool = True,
+        read_under: int = 0,
+        value: bool = False,
     ):
         """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
-        when not ``exact``; ``read_under``: see ``Run.count_reader``)."""
+        when not ``exact``; ``read_under``: see ``Run.count_reader``). ``value``: the
+        range holds the entries of one whole value ``lo`` (an equality)."""
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
-        runs = yield from self._filtered_runs(runs, lo, hi)
+        if value:
+            runs = yield from self._filtered_runs(runs, lo)
         counts = yield from gather(
             [Run(run).count_reader(lo, hi, exact=exact, read_under=read_under) for run in runs]
         )
@@ -138,13 +145,17 @@ class LogTree:
         skip: int = 0,
         limit: int | None = None,
         reverse: bool = False,
+        value: bool = False,
     ) -> Reader:
         """Return the live ``[(key, value)]`` of ``[lo, hi)`` in key order (or reversed),
-        after skipping ``skip`` and taking at most ``limit``."""
+        after skipping ``skip`` and taking at most ``limit``. ``value``: the range holds
+        the entries of one whole value ``lo`` (an equality: runs whose filter rules it out
+        are not read)."""
         if hi is not None and hi <= lo:
             return []
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
-        runs = yield from self._filtered_runs(runs, lo, hi)
+        if value:
+            runs = yield from self._filtered_runs(runs, lo)
         pending = self.pending
         if pending is not None:
             _, a, b = pending.span(lo, hi)
@@ -164,13 +175,13 @@ class LogTree:
         stop = None if limit is None else skip + limit
         return (yield from window_reader(runs, pending, lo, hi, skip, stop, reverse))
 
-    def _filtered_runs(self, runs: list[RunRef], lo: bytes, hi: bytes | None) -> Reader:
-        """The runs that may hold a key of ``[lo, hi)``: when the range is every key with
-        one value (an equality), the runs whose filter rules the value out are left out."""
-        if self.index is None or len(runs) < 2 or not lo or hi is None or hi != _after(lo):
+    def _filtered_runs(self, runs: list[RunRef], value: bytes) -> Reader:
+        """The runs that may hold entries of the whole value ``value`` (the key part
+        before the pk): those whose filter rules it out are left out."""
+        if self.index is None or len(runs) < 2:
             return runs
         filters = yield from _filters_reader(runs)
-        return [run for run in runs if _passes(filters, run, lo)]
+        return [run for run in runs if _passes(filters, run, value)]
 
     def _merged_reader(
         self, runs: list[RunRef], pending: Pending | None, lo: bytes, hi: bytes | None
@@ -212,13 +223,6 @@ def _passes(filters: dict, run: RunRef, value: bytes) -> bool:
 def _value_of_unique(key: bytes) -> bytes:
     """The value part of a unique index's key (None keys end with a pk)."""
     return _NONE_KEY if key.startswith(_NONE_KEY) else key
-
-
-def _after(prefix: bytes) -> bytes | None:
-    try:
-        return key_after(prefix)
-    except QueryError:
-        return None
 
 
 def _fenced(keys: list[bytes], run: RunRef) -> list[bytes]:

@@ -112,7 +112,11 @@ class Executor:
         if isinstance(plan.source, IndexScan):
             tree = self.view.tree(plan.source.tree)
             under = READ_WITH_COUNT if then_read else 0
-            readers = [tree.count_reader(lo, hi, read_under=under) for lo, hi in plan.source.ranges]
+            value = plan.source.whole_values
+            readers = [
+                tree.count_reader(lo, hi, read_under=under, value=value)
+                for lo, hi in plan.source.ranges
+            ]
             if then_read:
                 self.table.records.prefetch()
             return sum(self.view.run(readers))
@@ -145,7 +149,10 @@ class Executor:
     def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
         tree = self.view.tree(scan.tree)
         ranges = reversed(scan.ranges) if reverse else scan.ranges
-        scans = yield from gather([tree.scan_reader(lo, hi, reverse=reverse) for lo, hi in ranges])
+        value = scan.whole_values
+        scans = yield from gather(
+            [tree.scan_reader(lo, hi, reverse=reverse, value=value) for lo, hi in ranges]
+        )
         pks = [unpack(v) for entries in scans for _, v in entries]
         return pks[skip:] if limit is None else pks[skip : skip + limit]
 
@@ -249,14 +256,15 @@ class Executor:
         """
         tree = self.view.tree(scan.tree)
         ranges = list(reversed(scan.ranges)) if reverse else scan.ranges
+        value = scan.whole_values
         self.table.records.prefetch()
         if len(ranges) == 1:
             lo, hi = ranges[0]
             entries = self.view.run(
-                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse)]
+                [tree.scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse, value=value)]
             )[0]
             return [unpack(v) for _, v in entries]
-        counts = self.view.run([tree.count_reader(lo, hi) for lo, hi in ranges])
+        counts = self.view.run([tree.count_reader(lo, hi, value=value) for lo, hi in ranges])
         readers = []
         remaining = limit
         for (lo, hi), count in zip(ranges, counts):
@@ -265,7 +273,9 @@ class Executor:
                 continue
             if remaining is not None and remaining <= 0:
                 break
-            readers.append(tree.scan_reader(lo, hi, skip=skip, limit=remaining, reverse=reverse))
+            readers.append(
+                tree.scan_reader(lo, hi, skip=skip, limit=remaining, reverse=reverse, value=value)
+            )
             taken = count - skip if remaining is None else min(count - skip, remaining)
             skip = 0
             if remaining is not None:

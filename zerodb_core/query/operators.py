@@ -72,6 +72,12 @@ class Predicate(Expr):
         """Decide one stored value."""
         raise NotImplementedError
 
+    def whole_values(self) -> bool:
+        """Whether each of ``index_ranges`` holds the entries of exactly one whole value
+        (an equality, not a prefix or an interval): then runs whose Bloom filter rules
+        the value out need not be read."""
+        return False
+
     def index_ranges(self) -> list[KeyRange] | None:
         """Key ranges of an ordered index on ``field`` holding exactly the matches, in
         ascending order; None if an ordered index cannot serve this predicate."""
@@ -98,6 +104,9 @@ class Eq(Predicate):
     def index_ranges(self) -> list[KeyRange]:
         return [_point(self._k)]
 
+    def whole_values(self) -> bool:
+        return True
+
 
 class IsNull(Predicate):
     """``IsNull(f)`` matches missing values; ``IsNull(f, False)`` every present one."""
@@ -111,6 +120,9 @@ class IsNull(Predicate):
 
     def index_ranges(self) -> list[KeyRange]:
         return [_point(_NONE_KEY)] if self.isnull else [(_AFTER_NONE, None)]
+
+    def whole_values(self) -> bool:
+        return self.isnull
 
 
 class _Bound(Predicate):
@@ -198,6 +210,9 @@ class NotInRange(InRange):
 class NotEq(Eq):
     """A present value different from ``value``."""
 
+    def whole_values(self) -> bool:
+        return False
+
     def test(self, value: Any) -> bool:
         k = _key(value)
         return k is not None and k != self._k
@@ -225,9 +240,15 @@ class Any_(Predicate):
     def index_ranges(self) -> list[KeyRange]:
         return [_point(k) for k in self._keys]
 
+    def whole_values(self) -> bool:
+        return True
+
 
 class NotAny(Any_):
     """A present value that is none of ``values`` (SQL ``NOT IN`` on non-null values)."""
+
+    def whole_values(self) -> bool:
+        return False
 
     def test(self, value: Any) -> bool:
         k = _key(value)

@@ -32,6 +32,11 @@ class IndexScan:
     ranges: list[KeyRange]
     predicate: Predicate
 
+    @property
+    def whole_values(self) -> bool:
+        """Whether every range is the entries of one whole value (see Bloom filters)."""
+        return self.predicate is not None and self.predicate.whole_values()
+
     def describe(self) -> str:
         return f"IndexScan({self.index.name}: {self.predicate!r})"
 
