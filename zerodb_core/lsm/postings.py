@@ -41,6 +41,9 @@ from zerodb_core.lsm.pending import Pending
 if TYPE_CHECKING:
     from zerodb_core.transaction import View
 
+# Blocks of fewer postings than this are joined with small neighbours when runs merge.
+SMALL_BLOCK = BLOCK_POSTINGS // 4
+
 # A posting as the engine hands it out: document length and positions (tf = their number).
 Posting = tuple[int, list[int]]
 
@@ -478,21 +481,37 @@ def _as_bottom(item: tuple[bytes, list]) -> tuple[bytes, list] | None:
 
 
 def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
-    """Join neighbouring blocks that fit in one (single-record commits leave blocks of
-    one posting; merged runs should not keep them so)."""
+    """Join runs of neighbouring small blocks into full ones (single-record commits leave
+    blocks of a posting or two; merged runs should not keep them so). Blocks of a quarter
+    full or more stay as they are: a load's blocks are moved, not decoded."""
     out: list[tuple[bytes, list]] = []
-    for key, block in merged:
-        if out and not out[-1][1][CHANGES] and not block[CHANGES]:
-            last_key, last = out[-1]
-            if last[COUNT] + block[COUNT] <= BLOCK_POSTINGS:
-                a_pks, _, a_dls, a_positions = block_postings(last)
-                b_pks, _, b_dls, b_positions = block_postings(block)
-                joined = make_block(
-                    len(term_key), a_pks + b_pks, b"", a_dls + b_dls, a_positions + b_positions
+    pending: list[tuple[bytes, list]] = []  # neighbouring small blocks, to join
+    size = 0
+    for key, block in [*merged, (b"", None)]:
+        small = block is not None and not block[CHANGES] and block[COUNT] < SMALL_BLOCK
+        if small and size + block[COUNT] <= BLOCK_POSTINGS:
+            pending.append((key, block))
+            size += block[COUNT]
+            continue
+        if len(pending) == 1:
+            out.append(pending[0])
+        elif pending:
+            parts = [block_postings(b) for _, b in pending]
+            out.append(
+                (
+                    pending[0][0],
+                    make_block(
+                        len(term_key),
+                        [pk for part in parts for pk in part[0]],
+                        b"",
+                        [dl for part in parts for dl in part[2]],
+                        [at for part in parts for at in part[3]],
+                    ),
                 )
-                out[-1] = (last_key, joined)
-                continue
-        out.append((key, block))
+            )
+        pending, size = ([(key, block)], block[COUNT]) if small else ([], 0)
+        if block is not None and not small:
+            out.append((key, block))
     return out
 
 
