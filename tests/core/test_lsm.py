@@ -40,20 +40,81 @@ class DictSource:
         return {i: node_from_payload(i, self.blobs[i]) for i in requests}
 
 
-class Harness:
-    """One tree, its committed runs, a transaction on them, and the dict it must equal."""
+class StoreHarness:
+    """One tree of a store kept in a dict: committed runs, a transaction on them, and
+    merges of neighbouring runs (the tests of each kind of tree say what it holds)."""
+
+    name = NAME
+    catalog = None
+    leaf_bytes = 70
+    merge = staticmethod(merge_reader)  # the reader that merges runs of this kind of tree
+    postings = False
 
     def __init__(self) -> None:
         self.source = DictSource()
-        self.state = RootState(0, None)
-        self.committed: dict[bytes, bytes] = {}
-        self.model: dict[bytes, bytes] = {}
+        self.state = self._state(0, {})
         self.txn = Transaction(self.source, self.state, sizes=SIZES)
         self.savepoints: list = []
 
+    def _state(self, seq: int, trees: dict) -> RootState:
+        return RootState(seq, None, trees, *(() if self.catalog is None else (self.catalog,)))
+
     @property
     def tree(self):
-        return self.txn.tree(NAME)
+        return self.txn.tree(self.name)
+
+    def commit(self) -> None:
+        trees, objects = self.txn.flush()
+        for obj in objects:
+            self.source.blobs[obj.id] = obj.to_payload()
+        for blob_id in self.txn.ws.garbage:
+            del self.source.blobs[blob_id]
+        self.state = self._state(self.state.seq + 1, trees)
+        self.txn = Transaction(self.source, self.state, sizes=SIZES)
+        self.savepoints = []
+
+    def merge_runs(self, start: int, stop: int) -> None:
+        """Merge runs ``[start, stop)`` (newest first) in a transaction of its own."""
+        self.commit()
+        runs = self.state.trees.get(self.name, ())
+        stop = min(stop, len(runs))
+        if stop - start < 2:
+            return
+        window = runs[start:stop]
+        txn = self.txn
+        segments, garbage = txn.run([type(self).merge(window, stop == len(runs))])[0]
+        output, nodes = None, []
+        if segments:
+            output, nodes = build_run_of(
+                segments, leaf_bytes=self.leaf_bytes, inner_bytes=160, postings=self.postings
+            )
+        roots = tuple(run.root for run in window)
+        assert txn.apply(MergeRuns(self.name, roots, output, tuple(nodes), tuple(garbage)))
+        self.commit()
+        assert len(self.state.trees.get(self.name, ())) == (
+            len(runs) - len(window) + bool(segments)
+        )
+
+    def step(self, op: str, a, b) -> None:
+        """The operations every kind of tree takes: commit, merge, savepoint, rollback."""
+        if op == "commit":
+            self.commit()
+        elif op == "merge":
+            self.merge_runs(a, a + b)
+        elif op == "savepoint":
+            self.savepoints.append((self.txn.savepoint(), dict(self.model)))
+        elif op == "rollback" and self.savepoints:
+            sp, model = self.savepoints.pop()
+            self.txn.rollback_to(sp)
+            self.model = model
+
+
+class Harness(StoreHarness):
+    """A tree of keys and values, and the dict it must equal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[bytes, bytes] = {}
 
     def put(self, key: bytes, value: bytes) -> None:
         self.tree.put(key, value, key in self.model)
@@ -62,35 +123,6 @@ class Harness:
     def delete(self, key: bytes) -> None:
         self.tree.delete(key)
         del self.model[key]
-
-    def commit(self) -> None:
-        trees, objects = self.txn.flush()
-        for obj in objects:
-            self.source.blobs[obj.id] = obj.to_payload()
-        for blob_id in self.txn.ws.garbage:
-            del self.source.blobs[blob_id]
-        self.state = RootState(self.state.seq + 1, None, trees)
-        self.committed = dict(self.model)
-        self.txn = Transaction(self.source, self.state, sizes=SIZES)
-        self.savepoints = []
-
-    def merge(self, start: int, stop: int) -> None:
-        """Merge runs ``[start, stop)`` (newest first) in a transaction of its own."""
-        self.commit()
-        runs = self.state.trees.get(NAME, ())
-        stop = min(stop, len(runs))
-        if stop - start < 2:
-            return
-        window = runs[start:stop]
-        txn = self.txn
-        segments, garbage = txn.run([merge_reader(window, stop == len(runs))])[0]
-        output, nodes = None, []
-        if segments:
-            output, nodes = build_run_of(segments, leaf_bytes=70, inner_bytes=160)
-        roots = tuple(run.root for run in window)
-        assert txn.apply(MergeRuns(NAME, roots, output, tuple(nodes), tuple(garbage)))
-        self.commit()
-        assert len(self.state.trees.get(NAME, ())) == len(runs) - len(window) + bool(segments)
 
     def check(self, probes) -> None:
         tree = self.tree
@@ -149,21 +181,13 @@ def test_log_structured_tree_matches_a_sorted_dict(ops, probes):
                     h.delete(key)
                 else:
                     h.put(key, b + key)
-        elif op == "commit":
-            h.commit()
-        elif op == "merge":
-            h.merge(a, a + b)
-        elif op == "savepoint":
-            h.savepoints.append((h.txn.savepoint(), dict(h.model)))
-        elif op == "rollback" and h.savepoints:
-            sp, model = h.savepoints.pop()
-            h.txn.rollback_to(sp)
-            h.model = model
+        else:
+            h.step(op, a, b)
         h.check(probes)
     h.commit()
     # Everything merged into one run: the oldest, so puts only.
     runs = h.state.trees.get(NAME, ())
-    h.merge(0, len(runs))
+    h.merge_runs(0, len(runs))
     runs = h.state.trees.get(NAME, ())
     assert len(runs) <= 1 and all(run.plain for run in runs)
     h.check(probes)
@@ -269,7 +293,7 @@ def test_a_merge_keeps_the_leaves_no_other_run_overlaps():
     # Every leaf but the two holding key 150 (the middle run's and the newest run's).
     assert len(kept) == len(leaf_ids) - 2 and not kept & set(garbage)
     assert len(rewritten) == 1 and (150).to_bytes(2, "big") in rewritten[0][0]
-    h.merge(0, len(runs))
+    h.merge_runs(0, len(runs))
     h.check([(b"", None, 140, 20, False)])
 
 

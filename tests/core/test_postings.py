@@ -13,13 +13,11 @@ import heapq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.core.test_lsm import DictSource
-from zerodb_core.btree import NodeSizes, build_run_of
+from tests.core.test_lsm import StoreHarness
+from zerodb_core.btree import NodeSizes
 from zerodb_core.encoding import encode_key
 from zerodb_core.lsm import merge_postings_reader
-from zerodb_core.rootstate import RootState
 from zerodb_core.schema import TEXT, Catalog, IndexSpec, ModelSpec
-from zerodb_core.transaction import MergeRuns, Transaction
 
 NAME = "i/M/t"
 CATALOG = Catalog({"M": ModelSpec("M", {"t": IndexSpec("t", TEXT, ("body",))})})
@@ -32,17 +30,18 @@ def weight(tf: int, dl: int) -> float:
     return tf / (tf + 0.5 + dl / 8)
 
 
-class Harness:
-    def __init__(self) -> None:
-        self.source = DictSource()
-        self.state = RootState(0, None, {}, CATALOG)
-        self.model: dict[tuple[str, int], tuple[int, list[int]]] = {}
-        self.txn = Transaction(self.source, self.state, sizes=SIZES)
-        self.savepoints: list = []
+class Harness(StoreHarness):
+    """A full-text index, and the dict of postings it must equal."""
 
-    @property
-    def tree(self):
-        return self.txn.tree(NAME)
+    name = NAME
+    catalog = CATALOG
+    leaf_bytes = 300
+    merge = staticmethod(merge_postings_reader)
+    postings = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: dict[tuple[str, int], tuple[int, list[int]]] = {}
 
     def put(self, term: str, pk: int, dl: int, positions: list[int]) -> None:
         term_key = encode_key(term)
@@ -54,32 +53,6 @@ class Harness:
         term_key = encode_key(term)
         dl, positions = self.model.pop((term, pk))
         self.tree.delete(term_key + encode_key(pk), (term_key, pk, dl, positions))
-
-    def commit(self) -> None:
-        trees, objects = self.txn.flush()
-        for obj in objects:
-            self.source.blobs[obj.id] = obj.to_payload()
-        for blob_id in self.txn.ws.garbage:
-            del self.source.blobs[blob_id]
-        self.state = RootState(self.state.seq + 1, None, trees, CATALOG)
-        self.txn = Transaction(self.source, self.state, sizes=SIZES)
-        self.savepoints = []
-
-    def merge(self, start: int, stop: int) -> None:
-        self.commit()
-        runs = self.state.trees.get(NAME, ())
-        stop = min(stop, len(runs))
-        if stop - start < 2:
-            return
-        window = runs[start:stop]
-        reader = merge_postings_reader(window, stop == len(runs))
-        segments, garbage = self.txn.run([reader])[0]
-        output, nodes = None, []
-        if segments:
-            output, nodes = build_run_of(segments, leaf_bytes=300, inner_bytes=160, postings=True)
-        roots = tuple(run.root for run in window)
-        assert self.txn.apply(MergeRuns(NAME, roots, output, tuple(nodes), tuple(garbage)))
-        self.commit()
 
     def check(self) -> None:
         tree, run = self.tree, self.txn.run
@@ -132,20 +105,12 @@ def test_postings_match_a_dict(ops):
         elif op == "bulk":  # many documents of one term, in pk order (a load)
             for pk in range(b, b + c):
                 h.put(a, pk, pk % 40 + 1, [pk % 7])
-        elif op == "commit":
-            h.commit()
-        elif op == "merge":
-            h.merge(a, a + b)
-        elif op == "savepoint":
-            h.savepoints.append((h.txn.savepoint(), dict(h.model)))
-        elif op == "rollback" and h.savepoints:
-            sp, model = h.savepoints.pop()
-            h.txn.rollback_to(sp)
-            h.model = model
+        else:
+            h.step(op, a, b)
         h.check()
     h.commit()
     runs = h.state.trees.get(NAME, ())
-    h.merge(0, len(runs))
+    h.merge_runs(0, len(runs))
     assert all(run.plain for run in h.state.trees.get(NAME, ()))
     h.check()
 

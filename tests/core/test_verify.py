@@ -125,36 +125,41 @@ def _fetch(blob_id):
     return nodes[blob_id]
 
 
-def test_a_wrong_count_in_an_inner_node_is_found(db):
+def _problems_after(db, damage) -> list[str]:
+    """Commit ``damage(txn, name index tree)`` as it is, then verify."""
     with db.transaction() as txn:
-        tree = _tree(db, txn, "name")
+        damage(txn, _tree(db, txn, "name"))
+        txn.ops.append(_Nothing())
+    return [str(p) for p in verify(db).problems]
+
+
+def test_a_wrong_count_in_an_inner_node_is_found(db):
+    def damage(txn, tree):
         assert tree.runs[0].height >= 2
         count = tree.runs[0].count
         _forge_run(
             txn, tree, lambda root: root.counts.__setitem__(0, root.counts[0] + 1), count=count + 1
         )
-        txn.ops.append(_Nothing())
-    messages = [str(p) for p in verify(db).problems]
+
+    messages = _problems_after(db, damage)
     assert any("parent counts" in m for m in messages), messages
 
 
 def test_runs_that_disagree_are_found(db):
     """A newer run that puts a key an older run holds (so counts would be off by one)."""
-    with db.transaction() as txn:
-        tree = _tree(db, txn, "name")
+
+    def damage(txn, tree):
         key, value = txn.run([tree.scan_reader(limit=1)])[0][0]
         txn.changes.writable(tree.name).restore(key, (PUT, value))
-        txn.ops.append(_Nothing())
-    messages = [str(p) for p in verify(db).problems]
+
+    messages = _problems_after(db, damage)
     assert any("disagree with the older runs" in m for m in messages), messages
 
 
 def test_tombstones_in_the_oldest_run_are_found(db):
-    with db.transaction() as txn:
-        tree = _tree(db, txn, "name")
-        _forge_run(txn, tree, lambda root: None, plain=False)
-        txn.ops.append(_Nothing())
-    messages = [str(p) for p in verify(db).problems]
+    messages = _problems_after(
+        db, lambda txn, tree: _forge_run(txn, tree, lambda r: None, plain=False)
+    )
     assert any("oldest run of a tree holds more than puts" in m for m in messages), messages
 
 
@@ -189,13 +194,13 @@ def test_models_limits_the_check(db):
 
 def test_a_filter_that_misses_a_value_is_found(db):
     """A run's filter that says no for one of its values would make lookups skip it."""
-    with db.transaction() as txn:
-        tree = _tree(db, txn, "name")
+
+    def damage(txn, tree):
         run = tree.runs[0]
         bloom = txn.run([_fetch(run.filter)])[0]
         empty = BloomFilter(new_id(), bloom.size, bloom.probes, bytes(len(bloom.bits)))
         txn.merged.append(empty)
         txn.runs[tree.name] = (replace(run, filter=empty.id), *tree.runs[1:])
-        txn.ops.append(_Nothing())
-    messages = [str(p) for p in verify(db).problems]
+
+    messages = _problems_after(db, damage)
     assert any("filter misses" in m for m in messages), messages

@@ -67,10 +67,6 @@ class Leaf:
 
     is_leaf = True
 
-    def tag(self, i: int) -> int:
-        """The tag of entry ``i``."""
-        return self.tags[i] if self.tags else PUT
-
     def net(self, a: int, b: int) -> int:
         """The change in live keys of entries ``a..b-1``."""
         if not self.tags:

@@ -36,10 +36,10 @@ from zerodb_core.btree.blocks import (
 )
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import IntegrityError
-from zerodb_core.lsm.pending import Pending
+from zerodb_core.lsm.tree import TreeView
 
 if TYPE_CHECKING:
-    from zerodb_core.transaction import View
+    pass
 
 # Blocks of fewer postings than this are joined with small neighbours when runs merge.
 SMALL_BLOCK = BLOCK_POSTINGS // 4
@@ -48,24 +48,10 @@ SMALL_BLOCK = BLOCK_POSTINGS // 4
 Posting = tuple[int, list[int]]
 
 
-class TextTree:
+class TextTree(TreeView):
     """One full-text index as a snapshot or transaction sees it."""
 
-    __slots__ = ("leaf_bytes", "name", "view")
-
-    def __init__(self, view: View, name: str, leaf_bytes: int) -> None:
-        self.view = view
-        self.name = name
-        self.leaf_bytes = leaf_bytes
-
-    @property
-    def runs(self) -> tuple[RunRef, ...]:
-        return self.view.runs.get(self.name, ())
-
-    @property
-    def pending(self) -> Pending | None:
-        pending = self.view.changes.get(self.name)
-        return pending if pending else None
+    __slots__ = ()
 
     # -- writes (exact changes, keys ``term key + pk key``) ----------------------------
 

@@ -30,19 +30,15 @@ if TYPE_CHECKING:
 _NONE_KEY = encode_key(None)
 
 
-class LogTree:
-    """One tree as a snapshot or transaction sees it."""
+class TreeView:
+    """What a snapshot or transaction holds of one tree: its runs and pending changes."""
 
-    __slots__ = ("index", "leaf_bytes", "name", "view")
+    __slots__ = ("leaf_bytes", "name", "view")
 
-    def __init__(
-        self, view: View, name: str, leaf_bytes: int, index: IndexSpec | None = None
-    ) -> None:
+    def __init__(self, view: View, name: str, leaf_bytes: int) -> None:
         self.view = view
         self.name = name
         self.leaf_bytes = leaf_bytes
-        # The index whose runs keep filters of values (None: no filters to consult).
-        self.index = index
 
     @property
     def runs(self) -> tuple[RunRef, ...]:
@@ -52,6 +48,19 @@ class LogTree:
     def pending(self) -> Pending | None:
         pending = self.view.changes.get(self.name)
         return pending if pending else None
+
+
+class LogTree(TreeView):
+    """One tree of keys and values as a snapshot or transaction sees it."""
+
+    __slots__ = ("index",)
+
+    def __init__(
+        self, view: View, name: str, leaf_bytes: int, index: IndexSpec | None = None
+    ) -> None:
+        super().__init__(view, name, leaf_bytes)
+        # The index whose runs keep filters of values (None: no filters to consult).
+        self.index = index
 
     def __len__(self) -> int:
         pending = self.pending

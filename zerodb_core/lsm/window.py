@@ -140,27 +140,32 @@ def window_reader(
             for piece in source:
                 if piece.node is None:
                     deeper.append(piece)
-                    continue
-                for child in _expand(nodes[piece.node], piece, lo, hi):
-                    if child.hi is not None and child.hi <= a and child.inside:
-                        before += child.net
-                    elif b is not None and child.lo >= b and child.inside:
-                        after += child.net
-                    else:
-                        deeper.append(child)
-            sources[n] = deeper
+                else:
+                    deeper += _expand(nodes[piece.node], piece, lo, hi)
+            sources[n], below, above = _settle(deeper, a, b)
+            before += below
+            after += above
         a, b = _narrow(sources, a, b, before, after, start, stop, reverse)
         for n, source in enumerate(sources):
-            kept = []
-            for piece in source:
-                if piece.hi is not None and piece.hi <= a and piece.exact:
-                    before += piece.net
-                elif b is not None and piece.lo >= b and piece.exact:
-                    after += piece.net
-                else:
-                    kept.append(piece)
-            sources[n] = kept
+            sources[n], below, above = _settle(source, a, b)
+            before += below
+            after += above
     return _cut(sources, a, b, before, after, start, stop, reverse)
+
+
+def _settle(pieces: list[_Piece], a: bytes, b: bytes | None) -> tuple[list[_Piece], int, int]:
+    """Keep the pieces that reach into ``[a, b)``; of those entirely below or above it
+    (and exactly counted), return what they add before and after it."""
+    kept: list[_Piece] = []
+    before = after = 0
+    for piece in pieces:
+        if piece.hi is not None and piece.hi <= a and piece.exact:
+            before += piece.net
+        elif b is not None and piece.lo >= b and piece.exact:
+            after += piece.net
+        else:
+            kept.append(piece)
+    return kept, before, after
 
 
 def _expand(node, piece: _Piece, lo: bytes, hi: bytes | None) -> list[_Piece]:
