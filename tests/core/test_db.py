@@ -254,3 +254,20 @@ def test_filters_serve_equalities_only(make_db):
     assert sorted(e.name for e in db[Employee].query(StartsWith("name", "ab"))) == ["ab", "abc"]
     assert [e.name for e in db[Employee].query(name="ab")] == ["ab"]
     assert len(db[Employee].query(name="abc")) == 1
+
+
+def test_an_embedded_read_of_more_ids_than_one_storage_call_takes(make_db):
+    """A merge of large runs reads every node of them at once: the embedded transport
+    splits a read above the storage's limit of ids into calls, in one round trip."""
+    from blob_server.storage.validation import MAX_IDS_PER_REQUEST
+
+    storage = MemoryStorage()
+    db = make_db(storage)
+    db.add(Employee(name="a", salary=1))
+    node = db.read_root().trees["r/Employee"][0].root
+    ids = [node] + [bytes([1]) * 15 + i.to_bytes(1, "big") for i in range(3)]
+    ids += [i.to_bytes(16, "big") for i in range(MAX_IDS_PER_REQUEST + 10)]
+    before = db.stats()["round_trips"]
+    found = db.transport.get_blobs("main", ids)
+    assert set(found) == {node}
+    assert db.stats()["round_trips"] == before + 1

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from blob_server.exceptions import StorageError
 from blob_server.storage import Storage
 from blob_server.storage.base import CommitResult, RootRecord
-from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS
+from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS, MAX_IDS_PER_REQUEST
 from zerodb_core.exceptions import StoreUnavailableError
 from zerodb_core.transport.base import Transport
 from zerodb_core.transport.staging import REFUSALS, RequestLimits
@@ -37,7 +37,16 @@ class LocalTransport(Transport):
         self.tenant = tenant
 
     def _get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
-        return self.storage.get_blobs(self.tenant, database, ids)
+        """One round trip, however many ids: a storage call takes at most
+        ``MAX_IDS_PER_REQUEST`` of them (a merge of large runs reads more nodes at once),
+        so larger reads go in several calls, as the remote transport pipelines frames."""
+        if len(ids) <= MAX_IDS_PER_REQUEST:
+            return self.storage.get_blobs(self.tenant, database, ids)
+        found: dict[bytes, bytes] = {}
+        for start in range(0, len(ids), MAX_IDS_PER_REQUEST):
+            chunk = ids[start : start + MAX_IDS_PER_REQUEST]
+            found.update(self.storage.get_blobs(self.tenant, database, chunk))
+        return found
 
     def _get_root(self, database: str) -> RootRecord:
         return self.storage.get_root(self.tenant, database)
