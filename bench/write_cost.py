@@ -250,18 +250,11 @@ def scattered_rows(
 
 
 def cache_inner_nodes(db: DB) -> None:
-    """Read every inner node of every tree (none of their leaves) into the cache."""
-    view = db.current_view()
-    readers = [_inner_nodes(run) for runs in getattr(view, "runs", {}).values() for run in runs]
-    if readers:
-        view.run(readers)
-
-
-def _inner_nodes(run: Any):
-    level = [run.root]
-    for _ in range(run.height - 1):
-        nodes = yield level
-        level = [child for node_id in level for child in nodes[node_id].children]
+    """Read every inner node (and filter) of every tree into the cache, none of their
+    leaves (an engine without ``DB.warm_cache`` is left as it is)."""
+    warm = getattr(db, "warm_cache", None)
+    if warm is not None:
+        warm()
 
 
 def fulltext_queries() -> dict[str, str]:

@@ -21,7 +21,7 @@ from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import NodeSizes, build_run_of
+from zerodb_core.btree import NodeSizes, Run, build_run_of
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -485,6 +485,13 @@ class DB:
                 logger.warning("merging runs of %r postponed: %s", self.database, exc)
                 return
             state = self._latest
+
+    def warm_cache(self) -> None:
+        """Read every inner node and filter of every tree into the cache (not the leaves):
+        what a long-running application ends up caching, and what lets an indexed query
+        cost its leaves only. About 2% of the bytes of a database."""
+        view = self.current_view()
+        view.run([Run(run).upper_reader() for runs in view.runs.values() for run in runs])
 
     def compact(self) -> int:
         """Merge every tree of more than one run into a single run (one commit); return

@@ -136,23 +136,13 @@ def warm_up(db: DB) -> None:
     query needs: a running application's steady state, since inner nodes are about 2% of
     the bytes (the cache holds 64 MiB by default). Then a few queries unlike the measured
     ones, as an application would have run."""
-    view = db.current_view()
-    for runs in view.runs.values():
-        view.run([_inner_nodes(run) for run in runs])
+    db.warm_cache()
     people = db[Employee]
     list(people.query(InRange("salary", 60_000, 60_200)))
     list(people.query(InRange("salary", 230_000, 230_200)))
     list(people.query(name="Ann", limit=100))
     list(people.query(surname="Lee", limit=100))
     list(people.query(salary=75_000))
-
-
-def _inner_nodes(run):
-    """Read every inner node of a run (and none of its leaves)."""
-    level = [run.root]
-    for _ in range(run.height - 1):
-        nodes = yield level
-        level = [child for node_id in level for child in nodes[node_id].children]
 
 
 def test_store_shape(loaded):

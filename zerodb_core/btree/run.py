@@ -504,6 +504,18 @@ class Run:
             total += item[1].net(a, b)
         return total
 
+    def upper_reader(self) -> Reader:
+        """Read every node of the run above its leaves, and its filter (returning
+        nothing): what a long-running client ends up caching."""
+        ref = self.ref
+        level = [ref.root]
+        if ref.filter is not None:
+            yield [ref.filter]
+        for _ in range(ref.height - 1):
+            nodes = yield level
+            level = [child for node_id in level for child in nodes[node_id].children]
+        return None
+
     def node_ids_reader(self) -> Reader:
         """Return the id of every node of the run, its filter included (only inner nodes
         are read: they name their children)."""
