@@ -560,7 +560,7 @@ class Run:
                     before_max += item[1]
                     continue
                 node = nodes[item[1]]
-                for c_lo, c_hi, child, count in _children(node, item[2], item[3], reverse):
+                for c_lo, c_hi, child, count in _children(node, item[2], item[3], reverse, lo, hi):
                     if (c_hi is not None and c_hi <= lo) or (hi is not None and c_lo >= hi):
                         continue
                     full = c_lo >= lo and (hi is None or (c_hi is not None and c_hi <= hi))
@@ -590,11 +590,22 @@ class Run:
                     items = [("node", *item[2:]) if len(item) == 5 else item for item in items]
 
 
-def _children(node: Inner, lo: bytes, hi: bytes | None, reverse: bool):
-    """Yield ``(lower, upper, child id, net count)`` of each child, in scan order."""
+def _children(
+    node: Inner,
+    lo: bytes,
+    hi: bytes | None,
+    reverse: bool,
+    want_lo: bytes = b"",
+    want_hi: bytes | None = None,
+):
+    """Yield ``(lower, upper, child id, net count)`` of the children of a node spanning
+    ``[lo, hi)`` that may hold keys of ``[want_lo, want_hi)``, in scan order (found by
+    bisecting the separators: a root of hundreds of children costs two bisects)."""
     keys, children, counts = node.keys, node.children, node.counts
     n = len(children)
-    order = range(n - 1, -1, -1) if reverse else range(n)
+    first = max(bisect_right(keys, want_lo, 1) - 1, 0) if want_lo else 0
+    stop = n if want_hi is None else max(bisect_left(keys, want_hi, 1), 1)
+    order = range(stop - 1, first - 1, -1) if reverse else range(first, stop)
     for i in order:
         yield (
             keys[i] if i else lo,
