@@ -203,9 +203,7 @@ class TextTree(TreeView):
         for neg_bound, first, n in order:
             if len(best) == k:
                 worst_score, worst_pk = best[0]
-                if -neg_bound < worst_score or (
-                    -neg_bound == worst_score and first > encode_key(worst_pk.value)
-                ):
+                if -neg_bound < worst_score or (-neg_bound == worst_score and first > worst_pk.key):
                     break  # nothing left can enter the top (not even on a tie)
             age, _, block = blocks[n]
             pks, tags, dls, positions = block_postings(block)
@@ -546,15 +544,23 @@ class _NewerRuns:
 
 
 class _Desc:
-    """A primary key that sorts descending (so ties of score keep the smallest pk)."""
+    """A primary key that sorts descending (so ties of score keep the smallest pk); its
+    key is encoded once, when a tie first asks for it."""
 
-    __slots__ = ("value",)
+    __slots__ = ("_encoded", "value")
 
     def __init__(self, value: Any) -> None:
         self.value = value
+        self._encoded: bytes | None = None
+
+    @property
+    def key(self) -> bytes:
+        if self._encoded is None:
+            self._encoded = encode_key(self.value)
+        return self._encoded
 
     def __lt__(self, other: _Desc) -> bool:
-        return _key(other.value) < _key(self.value)
+        return other.key < self.key
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Desc) and self.value == other.value
