@@ -14,7 +14,8 @@ trees level by level costs one round trip per level, not one per tree or per nod
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 # What a reader asks for: a node id, or ``(blob id, blob kind)`` for other kinds of blob.
@@ -77,8 +78,13 @@ class Workspace:
         self.dirty[obj.id] = obj
 
     def run(self, readers: Sequence[Reader]) -> list[Any]:
-        """Drive the readers in lockstep, one batched fetch per step; return their results."""
+        """Drive the readers in lockstep, one batched fetch per step; return their results.
+
+        While they run, every ``gather`` answers from this transaction's objects and the
+        cache at once, so a reader only waits for blobs that must be fetched (see
+        :func:`gather`)."""
         reader = gather(readers)
+        token = _peek.set(self._peek)
         answer = None
         try:
             while True:
@@ -86,65 +92,72 @@ class Workspace:
                 answer = self._resolve(requests)
         except StopIteration as stop:
             return stop.value
+        finally:
+            _peek.reset(token)
+
+    def _peek(self, request: BlobRequest) -> Any | None:
+        """The object of a request if it is at hand (this transaction's, or cached)."""
+        blob_id = request if request.__class__ is bytes else request[0]
+        obj = self.dirty.get(blob_id)
+        return obj if obj is not None else self.source.lookup(blob_id)
 
     def _resolve(self, requests: list[BlobRequest]) -> dict[BlobRequest, Any]:
-        """Answer requests from dirty nodes and the cache, fetching the rest at once."""
-        answer: dict[BlobRequest, Any] = {}
-        missing: list[BlobRequest] = []
-        dirty, lookup = self.dirty, self.source.lookup
-        for request in requests:
-            blob_id = request if request.__class__ is bytes else request[0]
-            obj = dirty.get(blob_id)
-            if obj is None:
-                obj = lookup(blob_id)
-                if obj is None:
-                    missing.append(request)
-                    continue
-            answer[request] = obj
-        if missing:
-            if self.wanted:
-                asked = {r if r.__class__ is bytes else r[0] for r in missing}
-                extra = [
-                    i
-                    for i in self.wanted
-                    if i not in asked and i not in dirty and lookup(i) is None
-                ]
-                self.wanted = []
-                fetched = self.source.fetch(missing + extra)  # cached by the source
-                answer.update((r, fetched[r]) for r in missing)
-            else:
-                answer.update(self.source.fetch(missing))
-        return answer
+        """Fetch what the readers wait for (the gather answered what was at hand), with
+        the nodes asked to come along (:meth:`prefetch`), in one request."""
+        asked = {r if r.__class__ is bytes else r[0] for r in requests}
+        extra = [i for i in self.wanted if i not in asked]
+        self.wanted = []
+        fetched = self.source.fetch(list(requests) + extra)  # all cached by the source
+        return {r: fetched[r] for r in requests}
+
+
+# What Workspace.run answers without a fetch, for the gathers it drives (None: nothing).
+_peek: ContextVar[Callable[[BlobRequest], Any | None] | None] = ContextVar("peek", default=None)
 
 
 def gather(readers: Sequence[Reader]) -> Reader:
     """One reader made of several: each step asks for everything any of them needs now.
 
     Readers use it to walk several trees or ranges at once (``yield from gather(...)``);
-    ``Workspace.run`` uses it to batch independent readers.
+    ``Workspace.run`` uses it to batch independent readers. Under ``Workspace.run``, a
+    reader whose requests are all at hand (cached) is answered and stepped at once, and
+    only blobs to fetch are asked for: readers at different depths (runs of different
+    heights, a tree whose top is cached and one whose is not) then meet in one fetch
+    instead of taking turns.
     """
+    peek = _peek.get()
     results: list[Any] = [None] * len(readers)
-    waiting: list[tuple[int, Reader, list[BlobRequest]]] = []
+    # (index, reader, its requests, those of them already at hand)
+    waiting: list[tuple[int, Reader, list[BlobRequest], dict]] = []
     for index, reader in enumerate(readers):
-        _step(index, reader, None, results, waiting)
+        _step(index, reader, None, results, waiting, peek)
     while waiting:
-        merged = list(dict.fromkeys(r for _, _, requests in waiting for r in requests))
+        merged = list(
+            dict.fromkeys(r for _, _, requests, have in waiting for r in requests if r not in have)
+        )
         answer = yield merged
         step, waiting = waiting, []
-        for index, reader, requests in step:
-            _step(index, reader, {r: answer[r] for r in requests}, results, waiting)
+        for index, reader, requests, have in step:
+            got = {r: have[r] if r in have else answer[r] for r in requests}
+            _step(index, reader, got, results, waiting, peek)
     return results
 
 
-def _step(index, reader, answer, results, waiting) -> None:
-    """Advance one reader until it asks for something (or finishes)."""
+def _step(index, reader, answer, results, waiting, peek) -> None:
+    """Advance one reader until it asks for something not at hand (or finishes)."""
     while True:
         try:
             requests = reader.send(answer) if answer is not None else next(reader)
         except StopIteration as stop:
             results[index] = stop.value
             return
-        if requests:
-            waiting.append((index, reader, requests))
+        have = {}
+        if peek is not None:
+            for request in requests:
+                obj = peek(request)
+                if obj is not None:
+                    have[request] = obj
+        if len(have) < len(requests):
+            waiting.append((index, reader, requests, have))
             return
-        answer = {}  # a reader that needs nothing this step is answered at once
+        answer = have  # everything at hand (or nothing asked): on at once
