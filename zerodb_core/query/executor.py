@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from operator import neg
 from typing import Any
 
 from zerodb_core.btree import gather
@@ -203,14 +204,19 @@ class Executor:
         for group in groups:
             if len(group) > 1:
                 docs = {pk for pk in docs if _phrase_at(postings, group, pk)}
-        idfs = {term: bm25_idf(by_term[term].df, n_docs) for term in terms}
-        scores = {}
-        for pk in docs:
-            score = 0.0
-            for term in terms:
-                doc_len, positions = postings[term][pk]
-                score += bm25_weight(len(positions), doc_len, avg_len, idfs[term])
-            scores[pk] = score
+        scores = dict.fromkeys(docs, 0.0)
+        for term in terms:
+            idf = bm25_idf(by_term[term].df, n_docs)
+            found = postings[term]
+            weights: dict[tuple[int, int], float] = {}  # most documents share (tf, length)
+            for pk, (doc_len, positions) in found.items():
+                if pk not in scores:
+                    continue  # found before a later word narrowed the documents down
+                shape = (len(positions), doc_len)
+                weight = weights.get(shape)
+                if weight is None:
+                    weight = weights[shape] = bm25_weight(shape[0], doc_len, avg_len, idf)
+                scores[pk] += weight
         return (_rank(scores, top), scores)
 
     def top_text(self, scan: TextScan, k: int) -> list[Any]:
@@ -332,13 +338,12 @@ def _rank(scores: dict[Any, float], top: int | None = None) -> list[Any]:
     """Keys by descending score, ties by key (compared directly when they can be, which
     is the common case of integer keys and much cheaper than encoding each one); with
     ``top``, only the first ``top``."""
-    for tie in (None, sort_key):  # the second only for keys of mixed types
-
-        def key(pk, tie=tie):
-            return (-scores[pk], pk if tie is None else tie(pk))
-
-        try:
-            return sorted(scores, key=key) if top is None else heapq.nsmallest(top, scores, key=key)
-        except TypeError:
-            continue
-    raise AssertionError("sort_key orders every key")
+    try:
+        if top is not None:  # (-score, key) pairs made and compared in C
+            return [pk for _, pk in heapq.nsmallest(top, zip(map(neg, scores.values()), scores))]
+        return sorted(scores, key=lambda pk: (-scores[pk], pk))
+    except TypeError:  # keys of several types: ordered as an index would
+        pairs = ((-score, sort_key(pk), pk) for pk, score in scores.items())
+        if top is not None:
+            return [pk for _, _, pk in heapq.nsmallest(top, pairs)]
+        return [pk for _, _, pk in sorted(pairs)]
