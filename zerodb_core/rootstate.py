@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zerodb_core.btree import RunRef
-from zerodb_core.exceptions import IntegrityError
+from zerodb_core.exceptions import IntegrityError, NotSupportedError
 from zerodb_core.schema import Catalog
 
-# Format 2: every tree is a list of runs. Format 1 (one copy-on-write tree each) still
-# reads: each of its trees is a single run of PUT entries.
+# Format 2: every tree is a list of runs. Format 1 (one copy-on-write tree each, and a
+# full-text index of one entry per posting) is not read: see parse_payload.
 ROOT_FORMAT = 2
-READABLE_FORMATS = (1, 2)
 
 
 def root_blob_id(seq: int) -> bytes:
@@ -66,20 +65,21 @@ def parse_payload(payload: Any, seq: int, digest: bytes) -> tuple[RootState, byt
     """Check and unpack a root plaintext; return the state and the previous root's digest."""
     try:
         version = payload["v"]
-        if version not in READABLE_FORMATS or payload["seq"] != seq:
+        if version == 1:
+            raise NotSupportedError(
+                "this database was written in format 1 (copy-on-write trees, before the "
+                "log-structured format 2 of this version): move its data with the version "
+                "that wrote it (Django: manage.py dumpdata, then loaddata with this one)"
+            )
+        if version != ROOT_FORMAT or payload["seq"] != seq:
             raise IntegrityError(f"root record does not describe seq {seq}")
         prev = payload["prev"]
         if prev is not None and type(prev) is not bytes:
             raise TypeError
-        if version == 1:
-            trees = {
-                str(name): (RunRef.from_payload(ref),) for name, ref in payload["trees"].items()
-            }
-        else:
-            trees = {
-                str(name): tuple(RunRef.from_payload(run) for run in runs)
-                for name, runs in payload["trees"].items()
-            }
+        trees = {
+            str(name): tuple(RunRef.from_payload(run) for run in runs)
+            for name, runs in payload["trees"].items()
+        }
         if not all(trees.values()):
             raise TypeError
         text = {}

@@ -271,3 +271,19 @@ def test_an_embedded_read_of_more_ids_than_one_storage_call_takes(make_db):
     found = db.transport.get_blobs("main", ids)
     assert set(found) == {node}
     assert db.stats()["round_trips"] == before + 1
+
+
+def test_a_format_1_root_is_refused_with_the_way_across(make_db):
+    """Format 1 (copy-on-write trees, full-text indexes of one entry per posting) is not
+    read: the error says how to move the data, rather than answering wrongly."""
+    from zerodb_core.crypto import BlobKind
+    from zerodb_core.rootstate import root_blob_id
+    from zerodb_core.serialization import pack
+
+    storage = MemoryStorage()
+    db = make_db(storage)
+    old = {"v": 1, "seq": 1, "prev": None, "time": 0.0, "trees": {}, "catalog": [], "text": {}}
+    root = db.sealer.seal(BlobKind.ROOT, root_blob_id(1), pack(old))
+    assert storage.commit("local", "main", expected_seq=0, root=root, blobs={}).ok
+    with pytest.raises(NotSupportedError, match="format 1.*dumpdata"):
+        len(make_db(storage)[Employee])

@@ -15,9 +15,8 @@ and the number of ``DELETE`` entries, so the live count of any key range, a rank
 offset costs edge paths, not a scan. ``keys[i]`` of an inner node is a lower bound of
 every key under ``children[i]``; ``keys[0]`` is never used for routing.
 
-The payloads are those of the single copy-on-write trees of format 1 with optional
-extras: a leaf without tags holds only ``PUT`` entries and an inner node without
-``dels`` none below it, so format-1 trees read as runs of ``PUT`` entries.
+A leaf without tags holds only ``PUT`` entries, and an inner node without ``dels`` none
+below it (the payloads of runs of puts, the most common, stay as short as can be).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ ENTRY_OVERHEAD = 6
 CHILD_OVERHEAD = 16 + 4 + 5 + 5  # id, bin headers, net count, tombstone count
 NODE_OVERHEAD = 16
 
-# The tags of a leaf of PUT entries only (format 1 leaves, and most runs).
+# The tags of a leaf of PUT entries only (most leaves).
 ALL_PUT = b""
 
 LEAF = 0

@@ -115,11 +115,7 @@ class RunRef:
     def from_payload(cls, payload: Any) -> RunRef:
         """Check and unpack a run reference of the root record (fail closed)."""
         try:
-            if len(payload) == 3:  # a format-1 tree: one run of PUT entries
-                root, height, count = payload
-                dels, size, first, last, plain, bloom = 0, count * 32, None, None, True, None
-            else:
-                root, height, count, dels, size, first, last, plain, bloom = payload
+            root, height, count, dels, size, first, last, plain, bloom = payload
         except (TypeError, ValueError):
             raise IntegrityError("malformed run reference in root record") from None
         if not (
