@@ -285,5 +285,5 @@ def test_a_format_1_root_is_refused_with_the_way_across(make_db):
     old = {"v": 1, "seq": 1, "prev": None, "time": 0.0, "trees": {}, "catalog": [], "text": {}}
     root = db.sealer.seal(BlobKind.ROOT, root_blob_id(1), pack(old))
     assert storage.commit("local", "main", expected_seq=0, root=root, blobs={}).ok
-    with pytest.raises(NotSupportedError, match="format 1.*dumpdata"):
+    with pytest.raises(NotSupportedError, match=r"format 1.*dumpdata"):
         len(make_db(storage)[Employee])
