@@ -170,9 +170,15 @@ def _database(args: dict) -> str:
     return name
 
 
-def _id_list(value: list, what: str, limit: int = protocol.MAX_IDS_PER_REQUEST) -> list[bytes]:
-    if len(value) > limit:
-        raise RequestError(protocol.TOO_LARGE, f"at most {limit} {what} per request")
+def _id_list(value: list, what: str) -> list[bytes]:
+    if len(value) > protocol.MAX_IDS_PER_REQUEST:
+        raise RequestError(
+            protocol.TOO_LARGE, f"at most {protocol.MAX_IDS_PER_REQUEST} {what} per request"
+        )
+    return _blob_ids(value, what)
+
+
+def _blob_ids(value: list, what: str) -> list[bytes]:
     if not are_blob_ids(value):
         raise RequestError(protocol.BAD_REQUEST, f"{what} must be {BLOB_ID_SIZE}-byte ids")
     return value
@@ -559,11 +565,11 @@ class BlobServer:
         root = await self._storage(self.storage.get_root, session.tenant, _database(args))
         return {"seq": root.seq, "data": root.data}
 
-    def _check_new_blobs(self, op: str, blobs: dict, root: bytes | None = None) -> None:
+    def _check_new_blobs(self, op: str, blobs: dict, root: bytes | None = None) -> int:
         """Check the new blobs of one ``commit`` (with its ``root``) or ``stage`` request
-        against the per-request limits. A request of a single item (one blob staged, a
-        root committed alone) may exceed ``max_commit_bytes``: it cannot be split, so
-        only the per-blob limit bounds it."""
+        against the per-request limits; return their bytes. A request of a single item
+        (one blob staged, a root committed alone) may exceed ``max_commit_bytes``: it
+        cannot be split, so only the per-blob limit bounds it."""
         if len(blobs) > self.max_commit_blobs:
             raise RequestError(
                 protocol.TOO_LARGE,
@@ -583,12 +589,13 @@ class BlobServer:
                 f"{op} of {size} bytes ({what}) exceeds the limit of {self.max_commit_bytes} "
                 "bytes per request",
             )
+        return size
 
     async def _op_stage(self, session: Session, args: dict) -> object:
         """Store blobs as pending for a later commit of the same database (``staged``)."""
         _args(args, {"database": str, "blobs": dict})
         blobs = args["blobs"]
-        self._check_new_blobs("stage", blobs)
+        size = self._check_new_blobs("stage", blobs)
         database = _database(args)
         await self._storage_async(
             self.storage.astage(session.tenant, database, blobs, quota=self._quota(session.tenant))
@@ -599,7 +606,7 @@ class BlobServer:
             conn=session.conn_id,
             tenant=session.tenant,
             blobs=len(blobs),
-            bytes=sum(map(len, blobs.values())),
+            bytes=size,
         )
         return {"staged": len(blobs)}
 
@@ -619,8 +626,8 @@ class BlobServer:
                 protocol.TOO_LARGE,
                 f"at most {protocol.MAX_COMMIT_IDS} staged and garbage ids per commit",
             )
-        staged = _id_list(staged, "staged ids", protocol.MAX_COMMIT_IDS)
-        garbage = _id_list(args["garbage"], "garbage ids", protocol.MAX_COMMIT_IDS)
+        staged = _blob_ids(staged, "staged ids")
+        garbage = _blob_ids(args["garbage"], "garbage ids")
         database = _database(args)
         result = await self._storage_async(
             self.storage.acommit(

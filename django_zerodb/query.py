@@ -242,7 +242,7 @@ class SelectQuery:
             return 0
         if _pk_candidates(expr, self._pk_column_of(table)) is not None:
             return len(self.fetch(table, expr))
-        return len(QueryResult(_Rows(self.view, table), expr))
+        return QueryResult(_Rows(self.view, table), expr).count()
 
     def _pk_column_of(self, table: str) -> str | None:
         return self.pk_column if table == self.table else _pk_columns().get(table)

@@ -27,6 +27,7 @@ from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
 from zerodb_core.exceptions import (
     ConflictError,
+    FreshnessError,
     IntegrityError,
     NotSupportedError,
     QueryError,
@@ -462,7 +463,10 @@ class DB:
         Each round is an ordinary commit (any client may run one; it rebases for free, as
         its inputs are immutable). A round that cannot commit (the store is unreachable
         or full, or the database too busy) is left for after a later commit: merging only
-        bounds the number of runs, and nothing depends on it.
+        bounds the number of runs, and nothing depends on it. A store that misbehaves (a
+        run that fails its integrity check) is logged as an error, not raised: the commit
+        before it is durable, and must not look failed (a caller would make it again).
+        Reads of what failed fail closed by themselves.
         """
         for _ in range(MAX_MERGE_ROUNDS):
             windows = {
@@ -483,6 +487,14 @@ class DB:
                 self._merge(state, jobs)
             except (ConflictError, StoreUnavailableError, QuotaExceededError) as exc:
                 logger.warning("merging runs of %r postponed: %s", self.database, exc)
+                return
+            except (IntegrityError, FreshnessError) as exc:  # the store misbehaves
+                logger.error(
+                    "merging runs of %r failed (the commit before it stands): %s: %s",
+                    self.database,
+                    type(exc).__name__,
+                    exc,
+                )
                 return
             state = self._latest
 
@@ -587,14 +599,10 @@ def _prefixes(index: IndexSpec, segments: list) -> list[bytes]:
     of the leaves kept."""
     out: list[bytes] = []
     for segment in segments:
-        keys, values = (
-            (segment[0], segment[1])
-            if isinstance(segment, tuple)
-            else (
-                segment.keys,
-                segment.values,
-            )
-        )
+        if isinstance(segment, tuple):  # new entries
+            keys, values = segment[0], segment[1]
+        else:  # a leaf kept
+            keys, values = segment.keys, segment.values
         out += value_prefixes(index, keys, values)
     return out
 

@@ -50,22 +50,23 @@ class View:
             return TextTree(self, name, self.sizes.text)
         return LogTree(self, name, self.leaf_bytes(name), self.filtered_index(name))
 
-    def filtered_index(self, name: str) -> IndexSpec | None:
-        """The index a tree holds, when its runs keep Bloom filters of its values."""
+    def index_of(self, name: str) -> IndexSpec | None:
+        """The index the tree ``name`` holds (None: a record tree, or an unknown one)."""
         if name.startswith("r/"):
             return None
         model, _, index_name = name[2:].rpartition("/")
         spec = self.catalog.get(model)
-        index = spec.indexes.get(index_name) if spec is not None else None
+        return spec.indexes.get(index_name) if spec is not None else None
+
+    def filtered_index(self, name: str) -> IndexSpec | None:
+        """The index a tree holds, when its runs keep Bloom filters of its values."""
+        index = self.index_of(name)
         return index if index is not None and filtered(index) else None
 
     def is_text(self, name: str) -> bool:
         """Whether the tree ``name`` is a full-text index (blocks of postings)."""
-        if name.startswith("r/"):
-            return False
-        model, _, index = name[2:].rpartition("/")
-        spec = self.catalog.get(model)
-        return spec is not None and index in spec.indexes and spec.indexes[index].kind == TEXT
+        index = self.index_of(name)
+        return index is not None and index.kind == TEXT
 
     def leaf_bytes(self, name: str) -> int:
         """The leaf budget of a tree, by what it holds (records, postings, index keys)."""
@@ -294,13 +295,12 @@ class Transaction(View):
     def drop_tree(self, name: str) -> None:
         """Forget a whole tree: every persisted node of it (and every record blob its
         live records point to) becomes garbage."""
-        runs = self.runs.pop(name, ())
+        runs = self.runs.get(name, ())
         readers: list = [Run(run).node_ids_reader() for run in runs]
         if name.startswith("r/") and runs:
-            self.runs[name] = runs  # read its live records before it goes
-            readers.append(self.tree(name).scan_reader())
-            del self.runs[name]
+            readers.append(self.tree(name).scan_reader())  # its live records' blobs
         results = self.run(readers) if readers else []
+        self.runs.pop(name, None)
         for ids in results[: len(runs)]:
             for blob_id in ids:
                 self.retire_blob(blob_id)

@@ -254,7 +254,7 @@ class _Checker:
     ) -> None:
         tree = spec.index_tree(index)
         where = f"index {spec.name}.{index.name}"
-        actual = dict(self.walk(tree, postings=index.kind == TEXT, index=index))
+        actual = dict(self.walk(tree, index=index))
         self.report.index_entries += len(actual)
         expected: dict[bytes, bytes] = {}
         owner: dict[bytes, Any] = {}
@@ -312,13 +312,12 @@ class _Checker:
 
     # -- trees -------------------------------------------------------------------------
 
-    def walk(
-        self, name: str, *, postings: bool = False, index: IndexSpec | None = None
-    ) -> list[tuple[bytes, Any]]:
-        """Check every run of a tree and return its live entries in key order: each
-        key's newest entry, the runs applied oldest first. ``postings``: a full-text
-        index, whose entries are blocks; its postings are returned, keyed by term key
-        and pk key."""
+    def walk(self, name: str, *, index: IndexSpec | None = None) -> list[tuple[bytes, Any]]:
+        """Check every run of a tree (holding ``index``, if any) and return its live
+        entries in key order: each key's newest entry, the runs applied oldest first. A
+        full-text index's entries are blocks; its postings are returned, keyed by term
+        key and pk key."""
+        postings = index is not None and index.kind == TEXT
         self.report.trees += 1
         runs = self.state.trees.get(name, ())
         live: dict[bytes, Any] = {}

@@ -137,8 +137,8 @@ local function count(usage, stats, dbs, join, stag, ttag, blobs, size)
   end
   if join then
     redis.call('HSET', stats, 't', ttag)
-    redis.call('SADD', dbs, stag)
   end
+  redis.call('SADD', dbs, stag)  -- again after a collection took it out (see _COLLECT)
 end
 """
 
@@ -270,13 +270,15 @@ return 1
 """
 )
 
-# KEYS: garbage zset, stats hash, pending zset[, tenant usage hash]. ARGV: garbage cutoff,
-# batch size, blob key prefix, the scope's tenant tag ('' if it had none when the caller
-# looked), staging cutoff.
+# KEYS: garbage zset, stats hash, pending zset, root, keyrings[, tenant usage hash, tenant
+# databases set]. ARGV: garbage cutoff, batch size, blob key prefix, the scope's tenant
+# tag ('' if it had none when the caller looked), staging cutoff, scope tag.
 # Deletes up to a batch of due blobs (garbage past the retention, then pending blobs past
 # the staging timeout); returns {deleted, due, garbage and pending left}, or {-1} if the
 # scope joined a tenant since the caller looked (it must pass the usage key and retry).
 # Blobs of a scope that never joined a tenant are not in any usage yet: nothing to return.
+# A scope left with no root, keyring or pending blob (orphans of a database never
+# committed) leaves its tenant's databases, as the other backends count them.
 _COLLECT = """
 local tenant = redis.call('HGET', KEYS[2], 't')
 if (tenant or '') ~= ARGV[4] then
@@ -308,11 +310,16 @@ if deleted > 0 then
   redis.call('HINCRBY', KEYS[2], 'blobs', -deleted)
   redis.call('HINCRBY', KEYS[2], 'bytes', -bytes)
   if tenant then
-    redis.call('HINCRBY', KEYS[4], 'blobs', -deleted)
-    redis.call('HINCRBY', KEYS[4], 'bytes', -bytes)
+    redis.call('HINCRBY', KEYS[6], 'blobs', -deleted)
+    redis.call('HINCRBY', KEYS[6], 'bytes', -bytes)
   end
 end
-return {deleted, due, redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[3])}
+local pending = redis.call('ZCARD', KEYS[3])
+if tenant and pending == 0 and redis.call('HEXISTS', KEYS[4], 'seq') == 0
+    and redis.call('HLEN', KEYS[5]) == 0 then
+  redis.call('SREM', KEYS[7], ARGV[6])
+end
+return {deleted, due, redis.call('ZCARD', KEYS[1]) + pending}
 """
 
 # KEYS: the namespace key. ARGV: a fresh random key, kept only if none exists yet.
@@ -914,10 +921,11 @@ class RedisStorage(Storage):
                 scope = _Scope(tag.decode("ascii"))
                 owner = self._redis.hget(scope.stats, "t")
                 while True:
-                    keys = [scope.garbage, scope.stats, scope.pending]
+                    keys = [scope.garbage, scope.stats, scope.pending, scope.root, scope.keyrings]
                     if owner:
-                        keys.append(_Tenant(owner.decode("ascii")).usage)
-                    args = [cutoff, _GC_BATCH, scope.blob_prefix, owner or b"", stale]
+                        tenant = _Tenant(owner.decode("ascii"))
+                        keys += [tenant.usage, tenant.databases]
+                    args = [cutoff, _GC_BATCH, scope.blob_prefix, owner or b"", stale, scope.tag]
                     gone, due, left = self._collect_script(keys, args)
                     if gone < 0:  # the scope joined its tenant meanwhile: pass its usage
                         owner = self._redis.hget(scope.stats, "t")

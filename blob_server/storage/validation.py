@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sized
 
+from blob_server import protocol
 from blob_server.exceptions import InvalidRequestError
 from blob_server.storage.base import BLOB_ID_SIZE
 
 MAX_NAME_LENGTH = 255
 MAX_IDS_PER_REQUEST = 100_000
-#: Most staged ids, and most garbage ids, one commit may name: a transaction staged in
-#: many requests is committed by one, which names every blob it staged (2**20 ids of
-#: 16 KiB nodes are 16 GiB of blobs).
-MAX_COMMIT_IDS = 2**20
+#: Most staged ids, and most garbage ids, one commit may name: what the protocol allows
+#: (a transaction staged in many requests is committed by one, naming every blob).
+MAX_COMMIT_IDS = protocol.MAX_COMMIT_IDS
 MAX_BLOB_SIZE = 64 * 1024 * 1024
 MAX_ALLOCATE = 1_000_000
 

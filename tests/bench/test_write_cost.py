@@ -21,9 +21,11 @@ class LimitedTransport(LocalTransport):
     def __init__(self, limit: int) -> None:
         super().__init__(MemoryStorage())
         self.limit = limit
+        self.sizes: list[int] = []  # the blob bytes of every commit tried
 
     def commit(self, database, *, expected_seq, root, blobs, garbage=()):
         size = sum(map(len, blobs.values()))
+        self.sizes.append(size)
         if size > self.limit:
             raise CommitTooLargeError(f"{size} bytes exceed {self.limit}")
         return super().commit(
@@ -51,19 +53,26 @@ def test_a_small_run_reports_every_measure(tmp_path):
     assert json.loads(written.read_text())["embedded"]["load"]["records"] == 1200
 
 
+def first_commit_size(rows: list[dict]) -> int:
+    """The blob bytes of a first commit of ``rows`` (as a load's first batch makes it)."""
+    transport = LimitedTransport(limit=10**9)
+    DB(transport, password="pw", kdf="fast").add(*(write_cost.Employee(**row) for row in rows))
+    return transport.sizes[-1]
+
+
 def test_a_refused_commit_is_recorded_and_retried_in_halves():
     rows = realistic_employees(400, seed=1)
-    # About 1 KB a record: 100 records pass, 200 do not (no merges, which would make
-    # larger commits of their own).
-    db = DB(LimitedTransport(limit=140_000), password="pw", kdf="fast", merge_factor=1000)
-    first = DB(LimitedTransport(limit=10**9), password="pw", kdf="fast")
-    first.add(*(write_cost.Employee(**row) for row in rows[:200]))
-    assert first.stats()["bytes_sent"] > 140_000  # what the limit refuses
+    limit = 140_000
+    # 50 records pass the limit and 100 do not, so a batch of 200 is refused, then its
+    # first half, and the load goes on in quarters (no merges: they would make larger
+    # commits of their own).
+    assert first_commit_size(rows[:50]) <= limit < first_commit_size(rows[:100])
+    db = DB(LimitedTransport(limit=limit), password="pw", kdf="fast", merge_factor=1000)
     run = write_cost.load(
         db, rows, batch=200, min_batch=50, probe_at=10**9, probe_rows=[], desc="test"
     )
-    assert (run["refusals"][0]["table"], run["refusals"][0]["records"]) == (0, 200)
-    assert all(c["records"] < 200 for c in run["commits"])
+    assert [(r["table"], r["records"]) for r in run["refusals"]] == [(0, 200), (0, 100)]
+    assert [c["records"] for c in run["commits"]] == [50] * 8
     assert run["completed"] and run["records"] == 400
     assert len(db[write_cost.Employee]) == 400
 

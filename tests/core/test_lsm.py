@@ -323,3 +323,40 @@ def test_merge_policy_merges_runs_of_one_size_only():
 class _Ref:
     def __init__(self, size: int) -> None:
         self.bytes = size
+
+
+HASH = b"c" * 16  # a child id
+WELL_FORMED = [
+    [0, [b"a"], [b"x"]],  # a leaf of puts
+    [0, [b"a", b"b"], [b"x", b""], bytes([REPLACE, DELETE])],  # a leaf with tags
+    [1, [b"a"], [HASH], [3]],  # an inner node of puts
+    [1, [b"a"], [HASH], [0], [2]],  # with tombstone counts
+    [3, 8, 2, b"\x00"],  # a Bloom filter
+]
+MALFORMED = [
+    [9],
+    "x",
+    [0, [b"a"], []],  # a key without a value
+    [0, [b"a"], ["x"]],  # a value that is not bytes
+    [0, [b"a"], [b"x"], b""],  # tags, but not one per key
+    [0, [b"a"], [b"x"], bytes([DELETE + 1])],  # a tag no entry has
+    [1, [], [], []],  # an inner node without children
+    [1, [b"a"], [HASH], [0]],  # a child that adds no key, without tombstone counts
+    [1, [b"a"], [HASH], [1], [-1]],  # a negative tombstone count
+    [1, [b"a"], [HASH], [-2], [1]],  # fewer live keys than its tombstones remove
+    [1, [b"a"], [HASH], [1], [0, 0]],  # tombstone counts, not one per child
+    [3, 8, 2, b"\x00\x00"],  # filter bits that are not its size
+    [3, 8, 0, b"\x00"],  # a filter with no probes
+    [3, 8, 2],  # a filter without its bits
+]
+
+
+@pytest.mark.parametrize("payload", WELL_FORMED)
+def test_well_formed_node_payloads_load(payload):
+    assert node_from_payload(HASH, payload).id == HASH
+
+
+@pytest.mark.parametrize("payload", MALFORMED)
+def test_malformed_node_payload_fails_closed(payload):
+    with pytest.raises(IntegrityError, match="not a well-formed"):
+        node_from_payload(HASH, payload)

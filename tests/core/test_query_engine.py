@@ -30,6 +30,8 @@ from zerodb_core.query import (
     Or,
     StartsWith,
 )
+from zerodb_core.query.executor import Executor
+from zerodb_core.query.result import BATCH
 
 WORDS = ["alpha", "beta", "gamma", "delta", "panic"]
 
@@ -126,7 +128,9 @@ def preds():
         st.builds(
             Contains,
             st.just("t"),
-            st.sampled_from(["alpha", "beta gamma", '"beta gamma"', "panic alpha", "zeta"]),
+            st.sampled_from(
+                ["alpha", "beta gamma", '"beta gamma"', "panic alpha", "zeta", '"alpha alpha"']
+            ),
         ),
         st.builds(DoesNotContain, st.just("t"), st.sampled_from(["alpha", '"alpha beta"'])),
     )
@@ -191,7 +195,9 @@ def test_engine_matches_python(shared_db, records, exprs, sort, reverse, skip, l
 @given(
     batches=st.lists(st.lists(TEXTS, min_size=1, max_size=30), min_size=1, max_size=4),
     removed=st.lists(st.integers(0, 10**6), max_size=6),
-    query=st.sampled_from(["alpha", "panic", "beta gamma", '"alpha beta"', "delta panic"]),
+    query=st.sampled_from(
+        ["alpha", "panic", "beta gamma", '"alpha beta"', "delta panic", '"panic panic"']
+    ),
     k=st.integers(1, 12),
 )
 def test_a_page_of_search_results_is_the_top_of_the_full_ranking(
@@ -216,3 +222,24 @@ def test_a_page_of_search_results_is_the_top_of_the_full_ranking(
     assert [item.pk for item in db[Item].query(Contains("t", query), skip=2, limit=k)] == (
         full[2 : 2 + k]
     )
+
+
+def test_a_long_search_result_is_ranked_once(make_db, monkeypatch):
+    """Iterating a search of several batches of results pages one ranking (counted first
+    or not, limited or not), rather than ranking again for every batch."""
+    db = make_db()
+    n = 2 * BATCH + 10
+    db.add(*(Item(t="alpha " * (1 + i % 5)) for i in range(n)))
+    searches = []
+    search = Executor._text_reader
+    monkeypatch.setattr(
+        Executor,
+        "_text_reader",
+        lambda self, *a, **kw: searches.append(a) or search(self, *a, **kw),
+    )
+    full = [x.pk for x in db[Item].query(Contains("t", "alpha"))]
+    assert len(set(full)) == n and len(searches) == 1
+    result = db[Item].query(Contains("t", "alpha"))
+    assert len(result) == n and [x.pk for x in result] == full and len(searches) == 2
+    page = db[Item].query(Contains("t", "alpha"), skip=3, limit=BATCH + 5)
+    assert [x.pk for x in page] == full[3 : BATCH + 8] and len(searches) == 3

@@ -47,6 +47,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blob_server import protocol
+from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import ServerProcess
@@ -57,6 +58,11 @@ PASSWORD = "correct horse battery staple"
 #: Seconds one answer may take before the server counts as hung.
 ANSWER_TIMEOUT = 10.0
 FUZZ_TENANT = "fuzz"
+# What the server (default settings) announces at login.
+LIMITS = {
+    "max_commit_blobs": DEFAULT_MAX_COMMIT_BLOBS,
+    "max_commit_bytes": DEFAULT_MAX_COMMIT_BYTES,
+}
 ANON_ADDRESS = "127.0.0.2"  # unauthenticated fuzzing (its failed logins get rate limited)
 LEGIT_ADDRESS = "127.0.0.1"
 
@@ -687,7 +693,7 @@ def check_login(target: Target, how: str, name: str, value: object, n: int) -> N
             args["signature"] = bytes(signature)
         answer = conn.call("login", args)
         if how in ("none", "replay"):
-            assert answer.ok and answer.result["tenant"] == FUZZ_TENANT, answer.result
+            assert answer.ok and answer.result == {"tenant": FUZZ_TENANT, "limits": LIMITS}
             again = conn.call("login", args)
             assert again.result[0] == protocol.BAD_REQUEST  # one login per connection
             assert conn.call("get_root", {"database": "fz"}).ok

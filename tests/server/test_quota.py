@@ -22,7 +22,7 @@ from blob_server.auth import Authenticator
 from blob_server.cli import build_parser, parse_size
 from blob_server.cli import main as cli_main
 from blob_server.exceptions import NotStagedError
-from blob_server.server import BlobServer
+from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES, BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
 from blob_server.tenants import DEFAULT, TenantRegistry
 from tests.core.hr import Employee
@@ -220,7 +220,9 @@ def test_the_login_answer_announces_the_limits(serve):
         client.close()
 
 
-def test_a_server_announcing_no_limits_gets_conservative_requests(serve, monkeypatch):
+def test_a_server_from_before_streamed_commits_gets_commits_in_one_request(serve, monkeypatch):
+    """A server that announces no limits has no ``stage`` op either: a commit goes to it
+    whole, as before, up to what such a server accepted by default."""
     login = BlobServer._op_login
 
     async def old_login(self, session, args):
@@ -229,14 +231,19 @@ def test_a_server_announcing_no_limits_gets_conservative_requests(serve, monkeyp
         return answer
 
     monkeypatch.setattr(BlobServer, "_op_login", old_login)  # before the server binds it
-    client = transport(serve())
+    server = serve()
+    del server.server._ops["stage"]
+    client = transport(server)
     try:
         assert client.limits == FALLBACK_LIMITS
-        assert (FALLBACK_LIMITS.blobs, FALLBACK_LIMITS.bytes) == (256, 1024 * 1024)
-        blobs = {os.urandom(16): b"x" * 100 for _ in range(300)}  # 300 > 256 blobs
+        assert (FALLBACK_LIMITS.blobs, FALLBACK_LIMITS.bytes) == (
+            DEFAULT_MAX_COMMIT_BLOBS,
+            DEFAULT_MAX_COMMIT_BYTES,
+        )
+        blobs = {os.urandom(16): b"x" * 100 for _ in range(300)}
         before = client.counters.round_trips
         assert client.commit("main", expected_seq=0, root=b"r", blobs=blobs).ok
-        assert client.counters.round_trips - before == 2  # one stage, the commit
+        assert client.counters.round_trips - before == 1  # the commit alone
         assert client.get_blobs("main", list(blobs)) == blobs
     finally:
         client.close()

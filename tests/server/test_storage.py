@@ -329,13 +329,13 @@ def test_pending_blobs_are_collected_after_the_staging_timeout(storage, clock):
     assert storage.collect_garbage(staging_timeout=50) == 3  # exactly 50 s old is due
     assert storage.get_blobs(T, "one", [*orphans, *young]) == young
     assert storage.get_blobs(T, "two", list(kept)) == kept
-    assert usage_of(storage)[:2] == (2, 30)
+    assert usage_of(storage) == (2, 30, 2)
     assert storage.stats(T, "one")["staged"] == 1
     with pytest.raises(NotStagedError):  # a collected orphan cannot be committed
         commit(storage, 0, {}, staged=list(orphans)[:1], database="one")
     clock.now += 3600
     assert storage.collect_garbage() == 1  # the default timeout is an hour
-    assert usage_of(storage)[:2] == (1, 10) and storage.stats(T, "one")["staged"] == 0
+    assert usage_of(storage) == (1, 10, 1) and storage.stats(T, "one")["staged"] == 0
 
 
 def test_a_released_pending_blob_waits_out_the_garbage_retention(storage, clock):

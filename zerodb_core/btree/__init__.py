@@ -10,7 +10,7 @@ from zerodb_core.btree.node import (
     Node,
     node_from_payload,
 )
-from zerodb_core.btree.run import NodeSizes, Run, RunRef, build_run, build_run_of
+from zerodb_core.btree.run import NodeSizes, Run, RunRef, build_run_of
 from zerodb_core.btree.workspace import (
     BlobRequest,
     NodeSource,
@@ -35,7 +35,6 @@ __all__ = [
     "Run",
     "RunRef",
     "Workspace",
-    "build_run",
     "build_run_of",
     "gather",
     "new_id",

@@ -2,7 +2,7 @@
 
 A log-structured tree (:mod:`zerodb_core.lsm`) is a stack of runs. A commit adds a small
 run holding what it changed; merges replace several runs by one. Runs are never changed
-in place, so they need no copy-on-write path: :func:`build_run` packs sorted entries into
+in place, so they need no copy-on-write path: :func:`build_run_of` packs sorted entries into
 full leaves and builds the inner levels above them, and the readers here walk one run
 level by level, yielding the node ids they need next (see ``Workspace.run``).
 
@@ -150,31 +150,6 @@ class RunRef:
 
 
 # -- building --------------------------------------------------------------------------
-
-
-def build_run(
-    keys: list[bytes],
-    values: list,
-    tags: bytes,
-    *,
-    leaf_bytes: int,
-    inner_bytes: int,
-    postings: bool = False,
-) -> tuple[RunRef, list[Node]]:
-    """Pack sorted, distinct ``keys`` with their ``values`` and ``tags`` (``ALL_PUT``, or
-    one byte per entry) into a run; return its reference and its new nodes.
-
-    With ``postings`` the values are blocks of postings (:mod:`zerodb_core.btree.blocks`,
-    all ``PUT`` entries to the run: each block's own tags say what its postings do).
-    Leaves are filled up to ``leaf_bytes`` of estimated payload (at least one entry each)
-    and inner nodes up to ``inner_bytes``, so a run has the fewest nodes its sizes allow
-    and a full node pads into the size class those budgets aim at.
-    """
-    if not keys:
-        raise QueryError("a run holds at least one entry")
-    return build_run_of(
-        [(keys, values, tags)], leaf_bytes=leaf_bytes, inner_bytes=inner_bytes, postings=postings
-    )
 
 
 Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf
@@ -336,11 +311,6 @@ def _chunk_ends(sizes: list[int], budget: int) -> list[int]:
         base = cumulative[end - 1]
         start = end
     return ends
-
-
-def _estimate_leaf(leaf: Leaf, per_entry: int) -> int:
-    keys, values = leaf.keys, leaf.values
-    return NODE_OVERHEAD + len(b"".join(keys)) + len(b"".join(values)) + per_entry * len(keys)
 
 
 def _lower_fence(key: bytes) -> bytes:
@@ -505,11 +475,13 @@ class Run:
         nothing): what a long-running client ends up caching."""
         ref = self.ref
         level = [ref.root]
-        if ref.filter is not None:
-            yield [ref.filter]
+        filters = [] if ref.filter is None else [ref.filter]  # read with the first level
         for _ in range(ref.height - 1):
-            nodes = yield level
+            nodes = yield level + filters
+            filters = []
             level = [child for node_id in level for child in nodes[node_id].children]
+        if filters:
+            yield filters
         return None
 
     def node_ids_reader(self) -> Reader:

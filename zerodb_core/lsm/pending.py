@@ -99,13 +99,13 @@ class Pending:
             return
         self._segments.setdefault(term_key, []).append((pk_keys, pks, dls, positions))
 
-    def take_segments(self) -> dict[bytes, list[tuple[list, list, list, list]]] | None:
-        """The waiting segments, if they are all the changes (else None); they are
-        handed over (the commit cuts them into blocks)."""
+    def only_segments(self) -> dict[bytes, list[tuple[list, list, list, list]]] | None:
+        """The waiting segments, if they are all the changes (else None). The commit
+        cuts them into blocks and leaves them be: a commit that failed may be tried
+        again, and the transaction still reads them."""
         if self._entries or not self._segments:
             return None
-        segments, self._segments = self._segments, {}
-        return segments
+        return self._segments
 
     def _materialize(self) -> None:
         """Turn waiting segments into entries."""
@@ -173,6 +173,11 @@ class Pending:
         a = bisect_left(keys, lo) if lo else 0
         b = len(keys) if hi is None else bisect_left(keys, hi, a)
         return keys, a, b
+
+    def touches(self, lo: bytes, hi: bytes | None) -> bool:
+        """Whether any change falls in ``[lo, hi)``."""
+        _, a, b = self.span(lo, hi)
+        return b > a
 
     def net(self, lo: bytes = b"", hi: bytes | None = None) -> int:
         """The change in live keys within ``[lo, hi)``."""

@@ -18,7 +18,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import chain, islice
 from operator import lt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zerodb_core.btree import DELETE, PUT, REPLACE, Reader, Run, RunRef, gather
 from zerodb_core.btree.blocks import (
@@ -28,6 +28,7 @@ from zerodb_core.btree.blocks import (
     LAST,
     MAX_TF,
     MIN_DL,
+    NET,
     TERM_LEN,
     block_offsets,
     block_pks,
@@ -37,9 +38,6 @@ from zerodb_core.btree.blocks import (
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.lsm.tree import TreeView
-
-if TYPE_CHECKING:
-    pass
 
 # Blocks of fewer postings than this are joined with small neighbours when runs merge.
 SMALL_BLOCK = BLOCK_POSTINGS // 4
@@ -81,25 +79,6 @@ class TextTree(TreeView):
         self.view.changes.writable(self.name).delete(key, (term_key, pk, 0, []))
 
     # -- reads ------------------------------------------------------------------------
-
-    def df_reader(self, term_keys: list[bytes]) -> Reader:
-        """Return the document frequency of each term (counted, no block read)."""
-        readers, owners = [], []
-        for n, term_key in enumerate(term_keys):
-            hi = key_after(term_key)
-            for run in self.runs:
-                if run.overlaps(term_key, hi):
-                    readers.append(Run(run).count_reader(term_key, hi))
-                    owners.append(n)
-        counts = yield from gather(readers)
-        totals = [0] * len(term_keys)
-        for n, count in zip(owners, counts):
-            totals[n] += count
-        pending = self.pending
-        if pending is not None:
-            for n, term_key in enumerate(term_keys):
-                totals[n] += pending.net(term_key, key_after(term_key))
-        return totals
 
     def blocks_reader(self, term_keys: list[bytes]) -> Reader:
         """Return, per term, its blocks in every run: ``[[(age, key, block)], ...]``
@@ -164,10 +143,7 @@ class TextTree(TreeView):
         pending = self.pending
         out = []
         for term_key, blocks in zip(term_keys, per_term):
-            touched = False
-            if pending is not None:
-                _, a, b = pending.span(term_key, key_after(term_key))
-                touched = b > a
+            touched = pending is not None and pending.touches(term_key, key_after(term_key))
             simple = not touched and not any(block[CHANGES] for _, _, block in blocks)
             if simple and len({age for age, _, _ in blocks}) > 1:
                 simple = not _overlap(blocks)
@@ -178,21 +154,23 @@ class TextTree(TreeView):
                 out.append(TermPostings([], live))
         return out
 
-    def top_reader(self, term_key: bytes, k: int, weight) -> Reader:
+    def top_reader(self, term_key: bytes, k: int, weight_for) -> Reader:
         """Return the ``k`` best ``(score, pk)`` of one term, best first (ties by pk),
-        with ``weight(tf, dl)`` its score: blocks are read in the order of their bound
-        (the weight of their largest tf at their smallest length) until no block left
-        can beat the k-th score, so a common term costs a few blocks, not its postings.
+        with ``weight_for(document frequency)(tf, dl)`` its score: blocks are read in the
+        order of their bound (the weight of their largest tf at their smallest length)
+        until no block left can beat the k-th score, so a common term costs a few blocks,
+        not its postings. The document frequency is the sum of the blocks' net counts
+        (their heads, read anyway).
 
         Falls back to scoring every posting when pending changes touch the term.
         """
         pending = self.pending
-        if pending is not None:
-            _, a, b = pending.span(term_key, key_after(term_key))
-            if b > a:
-                (live,) = yield from self.postings_reader([term_key])
-                return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
+        if pending is not None and pending.touches(term_key, key_after(term_key)):
+            (live,) = yield from self.postings_reader([term_key])
+            weight = weight_for(len(live))
+            return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
         (blocks,) = yield from self.blocks_reader([term_key])
+        weight = weight_for(sum(block[NET] for _, _, block in blocks))
         newer = _NewerRuns(blocks)
         # Best bound first; among equal bounds, smaller keys first (ties rank by pk).
         order = sorted(
@@ -228,7 +206,7 @@ class TextTree(TreeView):
         """The keys and blocks of this transaction's pending postings."""
         pending = self.view.changes.get(self.name)
         assert pending is not None
-        segments = pending.take_segments()
+        segments = pending.only_segments()
         if segments is not None:
             return _segment_blocks(segments)
         keys = pending.sorted_keys()
@@ -566,10 +544,6 @@ class _Desc:
         return isinstance(other, _Desc) and self.value == other.value
 
 
-def _key(pk: Any) -> bytes:
-    return encode_key(pk)
-
-
 def _best(scored: Iterable[tuple[float, Any]], k: int) -> list[tuple[float, Any]]:
     """The ``k`` best ``(score, pk)``, best first, ties by ascending pk."""
-    return heapq.nsmallest(k, scored, key=lambda item: (-item[0], _key(item[1])))
+    return heapq.nsmallest(k, scored, key=lambda item: (-item[0], encode_key(item[1])))

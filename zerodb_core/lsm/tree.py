@@ -166,10 +166,8 @@ class LogTree(TreeView):
         if value:
             runs = yield from self._filtered_runs(runs, lo)
         pending = self.pending
-        if pending is not None:
-            _, a, b = pending.span(lo, hi)
-            if a == b:
-                pending = None
+        if pending is not None and not pending.touches(lo, hi):
+            pending = None
         if pending is None and len(runs) == 1 and runs[0].plain:
             return (
                 yield from Run(runs[0]).scan_reader(lo, hi, skip=skip, limit=limit, reverse=reverse)

@@ -184,12 +184,13 @@ class Executor:
         n_docs, total_len = self.view.text_stats.get(scan.tree, (0, 0))
         avg_len = total_len / n_docs if n_docs else 0.0
         term_keys = [encode_key(term) for term in terms]
-        if top is not None and len(terms) == 1:
-            (df,) = yield from tree.df_reader(term_keys)
-            idf = bm25_idf(df, n_docs)
-            best = yield from tree.top_reader(
-                term_keys[0], top, lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
-            )
+        if top is not None and len(terms) == 1 and all(len(g) == 1 for g in scan.predicate.groups):
+            # One word (a phrase repeating it is not one: its positions must be checked).
+            def weight_for(df: int):
+                idf = bm25_idf(df, n_docs)
+                return lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
+
+            best = yield from tree.top_reader(term_keys[0], top, weight_for)
             return ([pk for _, pk in best], {pk: score for score, pk in best})
         found = yield from tree.terms_reader(term_keys)
         by_term = dict(zip(terms, found))

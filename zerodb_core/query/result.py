@@ -62,12 +62,14 @@ class QueryResult:
                 # asks for the length before it iterates: read it once.
                 self._count = len(self._all_rows())
             else:
-                executor, p = self._prepared()
-                total = executor.count(p, then_read=True) if executor is not None else 0
-                if total is None:
-                    self._count = len(self._all_rows())
-                else:
-                    self._count = _window_len(total, self.skip, self.limit)
+                self._count = self._counted(then_read=True)
+        return self._count
+
+    def count(self) -> int:
+        """The number of results, when no rows will be read after it (``len()`` reads
+        what the rows will need in the same round trips, as ``list()`` counts first)."""
+        if self._count is None:
+            self._count = self._counted(then_read=False)
         return self._count
 
     def __iter__(self) -> Iterator[Any]:
@@ -129,6 +131,31 @@ class QueryResult:
             self._plan = self._executor.refine(plan(self.expr, table.spec))
         return self._executor, self._plan
 
+    def _counted(self, *, then_read: bool) -> int:
+        executor, p = self._prepared()
+        if executor is None:
+            return 0
+        if self._ranks(p):
+            total: int | None = len(self._source_keys(executor, p))  # iteration pages them
+        else:
+            total = executor.count(p, then_read=then_read)
+        if total is None:
+            return len(self._all_rows())
+        return _window_len(total, self.skip, self.limit)
+
+    def _ranks(self, p: Plan) -> bool:
+        """Whether the result is the ranking of a search (a text scan, nothing else)."""
+        return isinstance(p.source, TextScan) and p.residual is None and self.sort_index is None
+
+    def _source_keys(self, executor: Executor, p: Plan) -> list[Any]:
+        """Every candidate key in its source's order (index, rank or key order), found
+        once per result: the batches of one iteration page them."""
+        if self._keys is None:
+            self._keys = executor.primary_keys(p.source)[0]
+            if self.reverse:
+                self._keys.reverse()
+        return self._keys
+
     def _window(self, start: int, limit: int | None) -> list[tuple[Any, dict]]:
         """Rows ``[start:start+limit]`` of this result (relative to its own skip/limit)."""
         if self.limit is not None:
@@ -156,25 +183,15 @@ class QueryResult:
             return view.run(
                 [executor.table.scan_reader(skip=skip, limit=limit, reverse=self.reverse)]
             )[0]
-        if (
-            isinstance(p.source, TextScan)
-            and p.residual is None
-            and self.sort_index is None
-            and not self.reverse
-            and limit is not None
-            and self._keys is None
-        ):
-            # A page of ranked search results: only the best skip + limit are ranked.
-            pks = executor.top_text(p.source, skip + limit)[skip:]
-            return executor.records(pks)
+        if self._ranks(p) and not self.reverse and self.limit is not None and self._keys is None:
+            # A page of ranked search results: only the best skip + limit are ranked,
+            # once for every batch of the page.
+            self._keys = executor.top_text(p.source, self.skip + self.limit)
         if p.source is not None and p.residual is None and self.sort_index is None:
-            # Exact candidates in their own order (index, rank or key order): page the
-            # keys, then read only the records of the page.
-            if self._keys is None:
-                self._keys = executor.primary_keys(p.source)[0]
-                if self.reverse:
-                    self._keys.reverse()
-            pks = self._keys[skip:] if limit is None else self._keys[skip : skip + limit]
+            # Exact candidates in their own order: page the keys, then read only the
+            # records of the page.
+            keys = self._source_keys(executor, p)
+            pks = keys[skip:] if limit is None else keys[skip : skip + limit]
             return executor.records(pks)
         if self._matches is None:
             rows = residual_filter(p.residual, self._candidates(executor, p))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from blob_server import protocol
 from blob_server.exceptions import StorageError
 from blob_server.storage import Storage
 from blob_server.storage.base import CommitResult, RootRecord
@@ -22,7 +23,10 @@ LOCAL_TENANT = "local"
 #: call, bounded as on the server. A transaction above it is streamed exactly as over
 #: the network, so both paths are the same code, tested by both.
 LOCAL_LIMITS = RequestLimits(
-    blobs=4096, bytes=48 * 1024 * 1024, blob=MAX_BLOB_SIZE, ids=MAX_COMMIT_IDS
+    blobs=protocol.MAX_IDS_PER_REQUEST,
+    bytes=protocol.MAX_RESPONSE_BLOB_BYTES,
+    blob=MAX_BLOB_SIZE,
+    ids=MAX_COMMIT_IDS,
 )
 
 

@@ -116,8 +116,10 @@ def request_limits(blobs: int, size: int) -> RequestLimits:
     )
 
 
-#: For a server whose login answer announces no limits.
-FALLBACK_LIMITS = request_limits(256, 1024 * 1024)
+#: For a server whose login answer announces no limits: one from before streamed commits,
+#: which has no ``stage`` op. A commit goes to it in one request, as it always did, up to
+#: what such a server accepted by default.
+FALLBACK_LIMITS = request_limits(protocol.MAX_IDS_PER_REQUEST, protocol.MAX_RESPONSE_BLOB_BYTES)
 
 
 def tls_context(
