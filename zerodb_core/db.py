@@ -143,6 +143,8 @@ class DB:
         self._username = username
         self._password = password
         self._keyring_lock = threading.Lock()
+        self._opened_root: tuple[RootRecord, int | None] | None = None  # see _unlock
+        self._root_checked = False  # whether a root from the store passed _open_root
         self.keyring = self._unlock(
             username, password, kdf or os.environ.get("ZERODB_KDF") or "moderate"
         )
@@ -170,7 +172,11 @@ class DB:
         tenant = getattr(self.transport, "tenant", "local")
         slot = slot_name(tenant, self.database, username)
         where = {"tenant": tenant, "database": self.database, "name": username}
-        sealed = self.transport.get_keyring(self.database, slot)
+        # The root comes with the keyring (one round trip) and serves the first query
+        # if nothing was committed since (see read_root).
+        floor = self.freshness.seen_seq(self.database)
+        sealed, root = self.transport.open_database(self.database, slot)
+        self._opened_root = (root, floor)
         if sealed is not None:
             return Keyring.open(sealed, password, **where)
         keyring = Keyring.create()
@@ -210,6 +216,7 @@ class DB:
             if record.data:
                 raise IntegrityError("root record with seq 0 must be empty")
             self.freshness.check(self.database, 0, None, None, floor=floor)
+            self._root_checked = True
             return EMPTY_STATE
         root_digest = digest(record.data)
         latest = self._latest
@@ -224,6 +231,7 @@ class DB:
             )
         state, prev = parse_payload(unpack(plaintext), record.seq, root_digest)
         self.freshness.check(self.database, record.seq, root_digest, prev, floor=floor)
+        self._root_checked = True
         if state.seq >= self._latest.seq:
             self._latest = state
         return state
@@ -231,14 +239,23 @@ class DB:
     def read_root(self) -> RootState:
         """Read the current root (one round trip) and return it verified.
 
-        No round trip when the transport's subscription to root changes vouches that the
-        root still has the seq of the latest root this DB verified (read or committed):
-        that root is returned again. Reads then reflect every commit whose change notice
-        has reached this client (see ``RemoteTransport``); when unsure, the root is read.
+        No round trip when the transport vouches that the root still has the seq of the
+        latest root this DB verified (read or committed), or of the root read with the
+        keyring when this DB opened: that root is returned (verified first). A remote
+        transport vouches through its subscription to root changes, an embedded one
+        through its storage's ``root_marker``. Reads then reflect every commit whose
+        change notice has reached this client (see ``RemoteTransport``); when unsure,
+        the root is read.
         """
-        latest = self._latest
-        if self.transport.known_root_seq(self.database) == latest.seq:
-            return latest
+        known = self.transport.known_root_seq(self.database)
+        # First the root read when this DB opened: until it is verified, the empty
+        # state this DB starts from stands for nothing the store said.
+        opened, self._opened_root = self._opened_root, None
+        if opened is not None:
+            if known == opened[0].seq:
+                return self._open_root(*opened)
+        elif known == self._latest.seq and self._root_checked:
+            return self._latest
         floor = self.freshness.seen_seq(self.database)
         return self._open_root(self.transport.get_root(self.database), floor)
 

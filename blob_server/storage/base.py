@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -158,6 +158,16 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def get_root(self, tenant: str, database: str) -> RootRecord:
         """Return the current root (``EMPTY_ROOT`` if the database has none yet)."""
+
+    def root_marker(self, tenant: str, database: str) -> Hashable | None:
+        """A value, read without I/O, that changes whenever the root of the database may
+        have changed, or None if this storage cannot tell (the default).
+
+        An embedded client takes it before reading the root; while it stays the same,
+        the root it read is still current, and its next query need not read it again
+        (as a blob server's root-change pushes let a remote client skip that read).
+        """
+        return None
 
     @abc.abstractmethod
     def commit(

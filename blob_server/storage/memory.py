@@ -88,6 +88,10 @@ class MemoryStorage(Storage):
             db = self._peek(tenant, database)
             return EMPTY_ROOT if db is None else db.root
 
+    def root_marker(self, tenant: str, database: str) -> int:
+        """The root's seq: in this process's memory, reading it is free and exact."""
+        return self.get_root(tenant, database).seq
+
     def commit(
         self,
         tenant: str,

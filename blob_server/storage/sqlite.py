@@ -164,6 +164,9 @@ class SQLiteStorage(Storage):
         self._connections: list[tuple[int, sqlite3.Connection]] = []  # (pid, connection)
         self._connections_lock = threading.Lock()
         self._scopes: dict[tuple[str, str], int] = {}  # scope rows are never deleted
+        # Write transactions begun through this object (see root_marker).
+        self._writes = 0
+        self._writes_lock = threading.Lock()
         self._closed = False
         try:
             with self._errors():
@@ -228,6 +231,8 @@ class SQLiteStorage(Storage):
     def _write(self) -> Iterator[sqlite3.Connection]:
         """Run the block in a BEGIN IMMEDIATE transaction; roll back on any exception."""
         conn = self._connection()
+        with self._writes_lock:
+            self._writes += 1
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -312,6 +317,21 @@ class SQLiteStorage(Storage):
             if scope is None:
                 return EMPTY_ROOT
             return self._read_root(conn, scope)
+
+    def root_marker(self, tenant: str, database: str) -> tuple[int, int, int, int]:
+        """This thread's connection, its ``PRAGMA data_version`` and the count of writes
+        begun through this object.
+
+        SQLite changes a connection's data_version when another connection commits
+        (another thread's here, or another process's), and not for its own commits,
+        which the count of writes covers (it grows before a write begins, so a write
+        under way when the marker is taken changes the data_version when it commits).
+        The pragma reads the shared WAL index, not the file. Any write moves the marker
+        (a root swap or not): that only costs a root read.
+        """
+        with self._errors():
+            version = self._connection().execute("PRAGMA data_version").fetchone()[0]
+        return os.getpid(), threading.get_ident(), version, self._writes
 
     @staticmethod
     def _read_root(conn: sqlite3.Connection, scope: int) -> RootRecord:

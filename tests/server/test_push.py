@@ -119,6 +119,18 @@ def wait_for_seq(db: DB, seq: int) -> None:
     pytest.fail(f"no push of seq {seq} within {PUSH_WAIT}s")
 
 
+def test_a_new_client_opens_in_one_round_trip(memory_server):
+    """Keyring, subscription and root in one exchange; the first query uses that root."""
+    server, keys = memory_server
+    with open_db(server, keys["acme"], "opening") as db:
+        seed(db)
+    with open_db(server, keys["acme"], "opening") as db:
+        assert round_trips(db) == 1
+        reads = count_root_reads(db)
+        assert len(eq_query(db)) > 0
+        assert reads == []
+
+
 def test_warm_indexed_queries_skip_the_root_read(memory_server):
     server, keys = memory_server
     with open_db(server, keys["acme"], "warm") as db:

@@ -177,11 +177,18 @@ class Transport(abc.ABC):
 
     def get_keyring(self, database: str, name: str) -> bytes | None:
         """Read a keyring slot."""
-        data = self._get_keyring(database, name)
-        if data is not None and type(data) is not bytes:
-            raise IntegrityError("the store answered a keyring request with something not bytes")
+        data = _checked_keyring(self._get_keyring(database, name))
         self._account(len(name), len(data or b""))
         return data
+
+    def open_database(self, database: str, keyring: str) -> tuple[bytes | None, RootRecord]:
+        """Read a keyring slot and the current root in one round trip: opening a
+        database needs the keyring to unlock it and the root for its first query, and
+        asking for both at once saves every cold client a round trip."""
+        data, root = self._open_database(database, keyring)
+        data, root = _checked_keyring(data), _checked_root(root)
+        self._account(len(keyring), len(data or b"") + 8 + len(root.data))
+        return data, root
 
     def put_keyring(self, database: str, name: str, data: bytes, *, expected: bytes | None) -> bool:
         """Compare-and-set a keyring slot."""
@@ -194,6 +201,10 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def _get_root(self, database: str) -> RootRecord: ...
+
+    @abc.abstractmethod
+    def _open_database(self, database: str, keyring: str) -> tuple[bytes | None, RootRecord]:
+        """The keyring slot and the root, in one exchange with the store."""
 
     @abc.abstractmethod
     def _commit(
@@ -235,6 +246,12 @@ class Transport(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def _checked_keyring(data: object) -> bytes | None:
+    if data is not None and type(data) is not bytes:
+        raise IntegrityError("the store answered a keyring request with something not bytes")
+    return data
 
 
 def all_bytes(*collections: Iterable[object]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from blob_server import protocol
 from blob_server.exceptions import StorageError
@@ -39,6 +39,9 @@ class LocalTransport(Transport):
         super().__init__(delay=delay)
         self.storage = storage
         self.tenant = tenant
+        # Per database: the storage's root marker when the root was last read, and the
+        # seq read then (see known_root_seq).
+        self._markers: dict[str, tuple[Hashable, int]] = {}
 
     def _get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
         """One round trip, however many ids: a storage call takes at most
@@ -53,7 +56,25 @@ class LocalTransport(Transport):
         return found
 
     def _get_root(self, database: str) -> RootRecord:
-        return self.storage.get_root(self.tenant, database)
+        # The marker is taken first: if it is the same later, no commit came after it,
+        # so none came after this read either.
+        marker = self.storage.root_marker(self.tenant, database)
+        root = self.storage.get_root(self.tenant, database)
+        if marker is not None:
+            self._markers[database] = (marker, root.seq)
+        return root
+
+    def _open_database(self, database: str, keyring: str) -> tuple[bytes | None, RootRecord]:
+        return self._get_keyring(database, keyring), self._get_root(database)
+
+    def known_root_seq(self, database: str) -> int | None:
+        """The seq of the root last read, while the storage's marker says no commit may
+        have come since (see ``Storage.root_marker``); None when it cannot tell."""
+        known = self._markers.get(database)
+        if known is None:
+            return None
+        marker = self.storage.root_marker(self.tenant, database)
+        return known[1] if marker is not None and marker == known[0] else None
 
     def _commit(
         self,

@@ -612,23 +612,41 @@ class RemoteTransport(Transport):
         return found
 
     def _get_root(self, database: str) -> RootRecord:
+        return self._read_root(database, [])[1]
+
+    def _open_database(self, database: str, keyring: str) -> tuple[bytes | None, RootRecord]:
+        (data,), root = self._read_root(
+            database, [("get_keyring", {"database": database, "name": keyring})]
+        )
+        return data, root
+
+    def _read_root(
+        self, database: str, before: list[tuple[str, dict]]
+    ) -> tuple[list[Any], RootRecord]:
+        """Read the root, after the idempotent reads ``before`` in the same round trip;
+        return their answers and the root."""
         if self._lock.acquire(blocking=False):
             try:
-                return self._get_root_primary(database)
+                return self._read_root_primary(database, before)
             finally:
                 self._give(self._primary)
         with self._subs_lock:
             settled = type(self._subs.get(database)) is int or database in self._no_push
         if not settled:  # the first root read subscribes: on the primary, whose turn we await
             with self._lock:
-                return self._get_root_primary(database)
+                return self._read_root_primary(database, before)
         # Subscribed (or refused) already: any connection may read the root, and the seq
         # it finds is one the store reached, so it is folded in like a commit's.
-        root = _root(self._call("get_root", {"database": database}))
+        *answers, answer = self._call_many(
+            [*before, ("get_root", {"database": database})], idempotent=True
+        )
+        root = _root(answer)
         self._note_root(database, root.seq)
-        return root
+        return answers, root
 
-    def _get_root_primary(self, database: str) -> RootRecord:
+    def _read_root_primary(
+        self, database: str, before: list[tuple[str, dict]]
+    ) -> tuple[list[Any], RootRecord]:
         """Read the root on the primary connection (``_lock`` held), subscribing first if
         it has not subscribed to ``database`` yet."""
         if self._primary.sock is not None:
@@ -640,14 +658,21 @@ class RemoteTransport(Transport):
                 # the two answers is kept.
                 self._subs[database] = None
         if subscribed:
-            root = _root(self._call("get_root", {"database": database}))
+            *answers, answer = self._call_many(
+                [*before, ("get_root", {"database": database})], idempotent=True
+            )
+            root = _root(answer)
             self._note_root(database, root.seq)  # only if still subscribed (same socket)
-            return root
+            return answers, root
         # Subscribe first, in the same round trip: every commit the root read misses is
         # then pushed.
         try:
-            subscribed_answer, answer = self._call_many(
-                [("subscribe", {"database": database}), ("get_root", {"database": database})],
+            *answers, subscribed_answer, answer = self._call_many(
+                [
+                    *before,
+                    ("subscribe", {"database": database}),
+                    ("get_root", {"database": database}),
+                ],
                 idempotent=True,
                 raw=True,
             )
@@ -672,7 +697,10 @@ class RemoteTransport(Transport):
             with self._subs_lock:
                 self._subs.pop(database, None)
                 self._no_push.add(database)
-        return root
+        for other in answers:
+            if not other.ok:
+                raise _error(*other.result)
+        return [other.result for other in answers], root
 
     def _commit(
         self,
