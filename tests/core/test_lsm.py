@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from zerodb_core.btree import DELETE, PUT, REPLACE, NodeSizes, build_run_of, node_from_payload
 from zerodb_core.exceptions import IntegrityError, QueryError
 from zerodb_core.lsm import merge_reader, merge_windows
-from zerodb_core.lsm.merge import FLOOR_BYTES
+from zerodb_core.lsm.merge import FLOOR_BYTES, _combine_reader, _concatenate_reader
 from zerodb_core.rootstate import RootState
 from zerodb_core.transaction import MergeRuns, Transaction
 
@@ -223,6 +223,75 @@ def test_a_window_deep_in_many_runs_reads_one_path_per_run():
     assert [int.from_bytes(k, "big") for k, _ in got] == list(range(555, 562))
     assert len(fetched) == max(run.height for run in runs)
     assert sum(fetched) <= 4 * 3 * max(run.height for run in runs)
+
+
+def _disjoint_runs(h: Harness, runs: int = 4, per_run: int = 300) -> None:
+    """Runs of growing keys, as a load of new records makes them."""
+    for batch in range(runs):
+        for i in range(batch * per_run, (batch + 1) * per_run):
+            h.put(i.to_bytes(2, "big"), b"v%d" % i)
+        h.commit()
+
+
+def test_runs_whose_keys_do_not_overlap_merge_without_reading_their_leaves():
+    h = Harness()
+    _disjoint_runs(h)
+    runs = h.state.trees[NAME]
+    assert min(run.height for run in runs) >= 3
+    leaves = set().union(*h.txn.run([_leaf_ids(run) for run in runs]))
+    fetched: set[bytes] = set()
+    fetch = h.source.fetch
+    h.source.fetch = lambda requests: fetched.update(requests) or fetch(requests)
+    h.merge_runs(0, len(runs))
+    h.source.fetch = fetch
+    assert fetched and not fetched & leaves  # inner nodes only
+    (merged,) = h.state.trees[NAME]
+    assert h.txn.run([_leaf_ids(merged)])[0] == leaves  # every leaf kept as it was
+    assert (merged.count, merged.plain, merged.dels) == (len(h.model), True, 0)
+    assert (merged.first, merged.last) == (min(h.model), max(h.model))
+    h.check([])
+    assert set(h.source.blobs) == set(h.txn.run([_ids(merged)])[0])  # nothing lost or left
+
+
+def test_runs_whose_keys_do_not_overlap_merge_as_reading_every_leaf_would():
+    """Same leaves, counts and fences as the merge that reads and combines every leaf;
+    the run's bytes (which steer merges) within the rounding of sharing each input's
+    leaf bytes out evenly."""
+    h = Harness()
+    _disjoint_runs(h)
+    runs = h.state.trees[NAME]
+    built = []
+    for reader in (_concatenate_reader(runs), _combine_reader(runs, True)):
+        segments, garbage = h.txn.run([reader])[0]
+        ref, _ = build_run_of(segments, leaf_bytes=70, inner_bytes=160)
+        built.append((ref, set(garbage), {leaf.id for leaf in segments}))
+    (fast, fast_garbage, fast_leaves), (full, full_garbage, full_leaves) = built
+    assert fast_leaves == full_leaves and fast_garbage == full_garbage
+    assert (fast.count, fast.height, fast.first, fast.last, fast.plain) == (
+        full.count,
+        full.height,
+        full.first,
+        full.last,
+        full.plain,
+    )
+    assert abs(fast.bytes - full.bytes) <= 0.02 * full.bytes
+
+
+def test_a_load_then_deletes_merge_exactly():
+    """A tombstone lies in the range of the run holding its key, so runs of a load
+    followed by deletes are combined entry by entry, and at the bottom the deleted
+    keys are gone."""
+    h = Harness()
+    _disjoint_runs(h, runs=2)
+    h.delete((0).to_bytes(2, "big"))
+    h.put((5000).to_bytes(2, "big"), b"new")  # keeps the newest run apart from the others
+    h.commit()
+    runs = h.state.trees[NAME]
+    assert not runs[0].plain
+    h.merge_runs(0, len(runs))
+    (merged,) = h.state.trees[NAME]
+    assert merged.plain and merged.dels == 0
+    h.check([])
 
 
 def test_merge_combines_exact_changes():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
@@ -152,7 +152,24 @@ class RunRef:
 # -- building --------------------------------------------------------------------------
 
 
-Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf
+@dataclass(frozen=True, slots=True)
+class KeptLeaf:
+    """A leaf of another run, kept as it is and known from its parent alone: a merge of
+    runs whose keys do not overlap (new records under growing keys, as a load makes
+    them) reads only their inner nodes, and writes only new inner nodes above their
+    leaves. ``last`` bounds the leaf's keys when it is the last of its run (else None:
+    a later leaf bounds it); ``sealed`` is its share of its run's estimated bytes."""
+
+    first: bytes
+    id: bytes
+    net: int
+    dels: int
+    plain: bool
+    sealed: int
+    last: bytes | None = None
+
+
+Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf | KeptLeaf
 
 
 def build_run_of(
@@ -171,8 +188,12 @@ def build_run_of(
     level: _Level = []
     nodes: list[Node] = []
     reused: list[Node] = []
+    kept: list[KeptLeaf] = []
     for segment in segments:
-        if isinstance(segment, tuple):
+        if isinstance(segment, KeptLeaf):
+            kept.append(segment)
+            level.append((segment.first, segment.id, segment.net, segment.dels, segment.sealed))
+        elif isinstance(segment, tuple):
             keys, values, tags = segment
             if not keys:
                 continue
@@ -187,15 +208,22 @@ def build_run_of(
             leaf, n = segment, len(segment.keys)
             reused.append(leaf)
             level.append(
-                (leaf.keys[0], leaf.id, leaf.net(0, n), leaf.tombstones(), _leaf_size(leaf))
+                (
+                    leaf.keys[0],
+                    leaf.id,
+                    leaf.net(0, n),
+                    leaf.tombstones(),
+                    _sealed(_leaf_size(leaf)),
+                )
             )
     if not level:
         raise QueryError("a run holds at least one entry")
     leaves = [node for node in nodes if node.is_leaf] + reused
-    plain = not any(map(_has_tags, leaves))
+    plain = not any(map(_has_tags, leaves)) and all(leaf.plain for leaf in kept)
     first = level[0][0]
-    last = max(leaf.keys[-1] for leaf in leaves)
-    total_bytes = sum(padded_size(item[4]) + BLOB_OVERHEAD for item in level)
+    lasts = [leaf.keys[-1] for leaf in leaves] + [leaf.last for leaf in kept if leaf.last]
+    last = max(lasts) if lasts else None
+    total_bytes = sum(item[4] for item in level)
     dels = sum(item[3] for item in level)
     height = 1
     while len(level) > 1:
@@ -215,8 +243,7 @@ def build_run_of(
                 [p[3] for p in part] if any(p[3] or p[2] <= 0 for p in part) else None,
             )
             nodes.append(node)
-            size = NODE_OVERHEAD + sum(len(p[0]) + CHILD_OVERHEAD for p in part)
-            total_bytes += padded_size(size) + BLOB_OVERHEAD
+            total_bytes += _inner_sealed(node)
             above.append((part[0][0], node.id, sum(p[2] for p in part), sum(p[3] for p in part), 0))
             start = end
         level = above
@@ -233,11 +260,21 @@ def build_run_of(
         dels,
         total_bytes,
         _lower_fence(first),
-        _upper_fence(last),
+        None if last is None else _upper_fence(last),
         plain and not dels,
         None if bloom is None else bloom.id,
     )
     return ref, nodes
+
+
+def _sealed(payload: int) -> int:
+    """The sealed size of a node of ``payload`` estimated bytes."""
+    return padded_size(payload) + BLOB_OVERHEAD
+
+
+def _inner_sealed(node: Inner) -> int:
+    """The estimated sealed size of an inner node (as built here)."""
+    return _sealed(NODE_OVERHEAD + sum(len(key) + CHILD_OVERHEAD for key in node.keys))
 
 
 def _has_tags(leaf: Leaf | PostingsLeaf) -> bool:
@@ -257,7 +294,7 @@ def _leaf_size(leaf: Leaf | PostingsLeaf) -> int:
     return NODE_OVERHEAD + len(b"".join(leaf.keys)) + len(b"".join(leaf.values)) + per_entry * n
 
 
-# (first key, node id, net count, tombstones, estimated payload bytes) of each node
+# (first key, node id, net count, tombstones, estimated sealed bytes) of each node
 _Level = list[tuple[bytes, bytes, int, int, int]]
 
 
@@ -274,7 +311,7 @@ def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
         leaf_tags = bytes(tags[start:end]) if tagged else ALL_PUT
         leaf = Leaf(new_id(), keys[start:end], values[start:end], leaf_tags)
         nodes.append(leaf)
-        size = _leaf_size(leaf)
+        size = _sealed(_leaf_size(leaf))
         level.append((keys[start], leaf.id, leaf.net(0, end - start), leaf.tombstones(), size))
         start = end
     return level, nodes
@@ -289,7 +326,7 @@ def _postings_leaves(keys, blocks, leaf_bytes) -> tuple[_Level, list[Node]]:
     for end in ends:
         leaf = PostingsLeaf(new_id(), keys[start:end], blocks[start:end])
         nodes.append(leaf)
-        size = NODE_OVERHEAD + sum(sizes[start:end])
+        size = _sealed(NODE_OVERHEAD + sum(sizes[start:end]))
         level.append((keys[start], leaf.id, leaf.net(0, end - start), leaf.tombstones(), size))
         start = end
     return level, nodes
@@ -483,6 +520,30 @@ class Run:
         if filters:
             yield filters
         return None
+
+    def kept_leaves_reader(self) -> Reader:
+        """Return the run's leaves in key order as :class:`KeptLeaf` items, reading only
+        its inner nodes (a run of one leaf: that leaf, read)."""
+        ref = self.ref
+        if ref.height == 1:
+            nodes = yield [ref.root]
+            return [nodes[ref.root]]
+        level, parents, inner_bytes = [ref.root], [], 0
+        for _ in range(ref.height - 1):
+            nodes = yield level
+            parents = [nodes[node_id] for node_id in level]
+            inner_bytes += sum(map(_inner_sealed, parents))
+            level = [child for node in parents for child in node.children]
+        share = max(ref.bytes - inner_bytes, 0) // len(level)
+        out = []
+        for node in parents:
+            dels = node.dels or [0] * len(node.children)
+            out += [
+                KeptLeaf(key, child, count, dead, ref.plain, share)
+                for key, child, count, dead in zip(node.keys, node.children, node.counts, dels)
+            ]
+        out[-1] = replace(out[-1], last=ref.last)
+        return out
 
     def node_ids_reader(self) -> Reader:
         """Return the id of every node of the run, its filter included (only inner nodes

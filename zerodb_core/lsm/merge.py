@@ -85,6 +85,13 @@ def merge_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
     oldest run of its tree. Runs of new records under growing keys (a load, auto-
     incremented keys) overlap nowhere, so merging them writes only new inner nodes.
     """
+    if _apart(runs) and (not bottom or all(run.plain for run in runs)):
+        return (yield from _concatenate_reader(runs))
+    return (yield from _combine_reader(runs, bottom))
+
+
+def _combine_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
+    """Merge runs by reading every leaf (see :func:`merge_reader`)."""
     parts = yield from gather(
         [Run(run).leaves_reader() for run in runs] + [Run(run).node_ids_reader() for run in runs]
     )
@@ -112,6 +119,31 @@ def merge_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
         _close(group, bottom, segments, combined, kept)
     _flush(combined, bottom, segments)
     garbage = [node_id for part in ids for node_id in part if node_id not in kept]
+    return segments, garbage
+
+
+def _apart(runs: tuple[RunRef, ...]) -> bool:
+    """Whether the runs' keys cannot overlap, by their fence keys (bounds of their first
+    and last keys); runs with a filter of values are not taken apart from their
+    entries (the merged run's filter needs them)."""
+    if any(run.first is None or run.last is None or run.filter is not None for run in runs):
+        return False
+    spans = sorted((run.first, run.last) for run in runs)
+    return all(spans[i][1] < spans[i + 1][0] for i in range(len(spans) - 1))
+
+
+def _concatenate_reader(runs: tuple[RunRef, ...]) -> Reader:
+    """Merge runs whose keys do not overlap, reading only their inner nodes: every leaf
+    is kept (nothing to combine; with no tombstone or replacement among them, nothing to
+    drop at the bottom either), and only the inner nodes become garbage."""
+    ordered = sorted(runs, key=lambda run: run.first)
+    parts = yield from gather(
+        [Run(run).kept_leaves_reader() for run in ordered]
+        + [Run(run).node_ids_reader() for run in ordered]
+    )
+    segments = [leaf for part in parts[: len(runs)] for leaf in part]
+    kept = {leaf.id for leaf in segments}
+    garbage = [node_id for part in parts[len(runs) :] for node_id in part if node_id not in kept]
     return segments, garbage
 
 
