@@ -133,7 +133,7 @@ class DatabaseWrapper(BaseDatabaseWrapper):
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> StoreSession:
         with translated():
-            return StoreSession(open_engine(conn_params))
+            return StoreSession(open_engine(conn_params), conn_params["isolation"])
 
     def init_connection_state(self) -> None:
         pass

@@ -4,6 +4,10 @@ It holds the transaction of the connection over the shared engine. In autocommit
 every write statement is a transaction of its own and every read a fresh snapshot; after
 ``set_autocommit(False)`` (``atomic()``), the first statement starts a transaction that
 reads its own writes and pins one snapshot until ``commit()`` or ``rollback()``.
+Transactions run at the connection's isolation level (``OPTIONS["ISOLATION_LEVEL"]``,
+default ``"read committed"`` as on PostgreSQL; see :mod:`zerodb_core.isolation`): at
+``"repeatable read"`` and ``"serializable"`` a commit that would overwrite a concurrent
+change raises ``SerializationError`` (a ``django.db.OperationalError``).
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ from typing import Any
 
 from django_zerodb.exceptions import OperationalError
 from zerodb_core import DB
+from zerodb_core.isolation import READ_COMMITTED
 from zerodb_core.transaction import Savepoint, Transaction, View, WriteOp
 
 
 class StoreSession:
     """Transaction state of one connection to an encrypted database."""
 
-    def __init__(self, engine: DB) -> None:
+    def __init__(self, engine: DB, isolation: str = READ_COMMITTED) -> None:
         self.engine = engine
+        self.isolation = isolation
         self.autocommit = True
         self.txn: Transaction | None = None
         self.savepoints: dict[str, Savepoint] = {}
@@ -73,7 +79,7 @@ class StoreSession:
     def transaction(self) -> Transaction:
         """The open transaction, started on the latest root if there is none."""
         if self.txn is None:
-            self.txn = self.engine.begin()
+            self.txn = self.engine.begin(self.isolation)
         return self.txn
 
     def view(self) -> View:
@@ -89,7 +95,7 @@ class StoreSession:
         if not self.autocommit:
             yield self.transaction()
             return
-        txn = self.engine.begin()
+        txn = self.engine.begin(self.isolation)
         yield txn
         if txn.ops:
             self.engine.commit(txn)

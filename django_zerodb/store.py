@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_zerodb.freshness import ModelFreshnessTracker, store_identity, tracker_for
 from zerodb_core import DB
+from zerodb_core.isolation import LEVELS, READ_COMMITTED
 
 _engines: dict[tuple, DB] = {}
 _lock = threading.Lock()
@@ -35,6 +36,7 @@ KNOWN_OPTIONS = frozenset(
         "DELAY",
         "NODE_BYTES",
         "MERGE_FACTOR",
+        "ISOLATION_LEVEL",
         # The blob-server client (STORE "zerodb://host:port" only).
         "TLS",
         "CA_FILE",
@@ -85,9 +87,16 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
         )
     if options.get("FRESHNESS_PATH") and freshness != "file":
         raise ImproperlyConfigured("OPTIONS['FRESHNESS_PATH'] needs OPTIONS['FRESHNESS'] = 'file'")
+    isolation = options.get("ISOLATION_LEVEL", READ_COMMITTED)
+    if isolation not in LEVELS:
+        raise ImproperlyConfigured(
+            f"OPTIONS['ISOLATION_LEVEL'] is one of {', '.join(map(repr, LEVELS))}, "
+            f"not {isolation!r}"
+        )
     return {
         "store": store,
         "database": name,
+        "isolation": isolation,
         "username": options.get("USERNAME") or settings_dict.get("USER") or "root",
         "passphrase": passphrase,
         "key_file": options.get("KEY_FILE"),

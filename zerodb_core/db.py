@@ -8,20 +8,21 @@ records, and runs transactions. Everything else (trees, queries) works on the sn
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import NodeSizes, Run, build_run_of
+from zerodb_core.btree import NodeSizes, Run, RunRef, build_run_of
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -32,10 +33,12 @@ from zerodb_core.exceptions import (
     NotSupportedError,
     QueryError,
     QuotaExceededError,
+    SerializationError,
     StoreUnavailableError,
     UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
+from zerodb_core.isolation import SERIALIZABLE, check_level
 from zerodb_core.lsm import (
     MERGE_FACTOR,
     merge_postings_reader,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
     from zerodb_core.keyfile import KeyFile
 
 DEFAULT_DATABASE = "main"
+T = TypeVar("T")
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
 MAX_COMMIT_RETRIES = 32
 # Before each replay a client waits a random time below 2 ms, 4 ms, ... 256 ms (full
@@ -72,6 +76,8 @@ MAX_COMMIT_RETRIES = 32
 # others into ConflictError (tests/server/test_concurrency.py).
 CONFLICT_BACKOFF_FIRST = 0.002
 CONFLICT_BACKOFF_MAX = 0.256
+# DB.transactional runs a function again this many times after a serialization failure.
+TRANSACTIONAL_RETRIES = 10
 # Id blocks grow from this size while a model keeps asking for more, up to the maximum.
 MIN_ID_BLOCK = 16
 MAX_ID_BLOCK = 8192
@@ -98,6 +104,9 @@ class DB:
     ``FreshnessTracker``, replaces that choice. ``node_bytes`` caps the size of tree
     nodes (tests make it small to get deep trees from little data). ``merge_factor`` is
     how many runs of one size a tree's merges fold together (docs/architecture.md).
+    ``isolation`` is the isolation level of its transactions: ``"serializable"`` (the
+    default), ``"repeatable read"`` or ``"read committed"`` (:mod:`zerodb_core.isolation`;
+    ``transaction()`` and ``begin()`` take another for one transaction).
     For a blob server only: ``tls`` (True, or an ``ssl.SSLContext``) and ``ca_file`` (the
     CA bundle that signed the server's certificate; implies TLS) encrypt the connection,
     ``timeout`` bounds connecting and each answer (seconds, default 30), ``pool_size``
@@ -117,6 +126,7 @@ class DB:
         delay: float = 0.0,
         node_bytes: int | None = None,
         merge_factor: int = MERGE_FACTOR,
+        isolation: str = SERIALIZABLE,
         key_file: str | os.PathLike | KeyFile | None = None,
         tls: bool | ssl.SSLContext | None = None,
         ca_file: str | os.PathLike | None = None,
@@ -131,6 +141,7 @@ class DB:
         if type(merge_factor) is not int or merge_factor < 2:
             raise QueryError("merge_factor must be an int of at least 2")
         self.merge_factor = merge_factor
+        self.isolation = check_level(isolation)
         remote = {"tls": tls, "ca_file": ca_file, "timeout": timeout, "pool_size": pool_size}
         self.transport = _open_transport(
             store, delay, key_file=key_file, password=password, remote=remote
@@ -276,8 +287,11 @@ class DB:
         return View(self.source, self.read_root(), sizes=self.sizes)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
-        """Commit at exit, roll back on an exception; nested blocks are savepoints."""
+    def transaction(self, isolation: str | None = None) -> Iterator[Transaction]:
+        """Commit at exit, roll back on an exception; nested blocks are savepoints (and
+        keep the outer transaction's isolation level). A commit that meets a concurrent
+        one replays the transaction's writes on the newer data if ``isolation`` (default:
+        this DB's) allows, else raises ``SerializationError``."""
         stack = self._txn_stack
         if stack:
             txn = stack[0][0]
@@ -291,7 +305,7 @@ class DB:
             finally:
                 stack.pop()
             return
-        txn = Transaction(self.source, self.read_root(), sizes=self.sizes)
+        txn = self.begin(isolation)
         stack.append((txn, None))
         try:
             yield txn
@@ -299,10 +313,46 @@ class DB:
         finally:
             stack.pop()
 
-    def begin(self) -> Transaction:
+    def begin(self, isolation: str | None = None) -> Transaction:
         """Start a transaction on the latest root, managed by the caller (the Django
         backend keeps one per connection): pass it to :meth:`commit` or drop it."""
-        return Transaction(self.source, self.read_root(), sizes=self.sizes)
+        level = self.isolation if isolation is None else isolation
+        return Transaction(self.source, self.read_root(), sizes=self.sizes, isolation=level)
+
+    def transactional(
+        self,
+        fn: Callable[..., T] | None = None,
+        *,
+        retries: int = TRANSACTIONAL_RETRIES,
+        isolation: str | None = None,
+    ) -> Any:
+        """Decorate ``fn`` to run in a transaction of its own, run again (after a short
+        random backoff) when its commit raises ``SerializationError``, up to ``retries``
+        more times, as FoundationDB's ``@fdb.transactional`` does. Called inside a
+        transaction, ``fn`` just joins it (the outermost one retries).
+
+        ``fn`` must be safe to run again: its effects outside the database happen once
+        per attempt. ``@db.transactional`` and ``@db.transactional(retries=3)`` both work.
+        """
+        if fn is None:
+            return functools.partial(self.transactional, retries=retries, isolation=isolation)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> T:
+            if self._txn_stack:
+                return fn(*args, **kwargs)
+            for attempt in range(retries + 1):
+                try:
+                    with self.transaction(isolation):
+                        return fn(*args, **kwargs)
+                except SerializationError:
+                    if attempt == retries:
+                        raise
+                    limit = CONFLICT_BACKOFF_FIRST * 2**attempt
+                    time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
+            raise AssertionError("unreachable")
+
+        return run
 
     def snapshot(self) -> View:
         """A read-only snapshot of the latest root, outside any transaction."""
@@ -423,9 +473,9 @@ class DB:
             if attempt:
                 limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
                 time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
-            trees, objects = txn.flush()
-            blobs = self._seal(objects, sealed)
             seq = txn.root.seq + 1
+            trees, objects = txn.flush(seq)
+            blobs = self._seal(objects, sealed)
             payload = build_payload(seq, txn.root.digest, trees, txn.catalog, txn.text_stats)
             sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
             floor = self.freshness.seen_seq(self.database)
@@ -454,7 +504,14 @@ class DB:
                 if merge:
                     self._merge_runs(state)
                 return
-            txn.rebase(self._open_root(result.root, floor))
+            current = self._open_root(result.root, floor)
+            why = txn.conflict(current)
+            if why is not None:
+                raise SerializationError(
+                    f"could not serialize access ({txn.isolation}): {why} after this "
+                    "transaction's snapshot; run the transaction again"
+                )
+            txn.rebase(current)
         raise ConflictError(
             f"commit to {self.database!r} met a concurrent commit {MAX_COMMIT_RETRIES} times"
         )
@@ -565,6 +622,7 @@ class DB:
                     inner_bytes=self.sizes.inner,
                     postings=txn.is_text(name),
                     filter_values=None if index is None else _prefixes(index, segments),
+                    newest=_newest(runs),
                 )
             inputs = tuple(run.root for run in runs)
             txn.apply(MergeRuns(name, inputs, output, tuple(nodes), tuple(garbage)))
@@ -609,6 +667,12 @@ class DB:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _newest(runs: tuple[RunRef, ...]) -> int | None:
+    """The seq of the newest commit a merge of ``runs`` holds entries of (None: unknown)."""
+    seqs = [run.newest for run in runs]
+    return None if None in seqs else max(seqs)
 
 
 def _prefixes(index: IndexSpec, segments: list) -> list[bytes]:

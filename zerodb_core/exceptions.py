@@ -36,6 +36,13 @@ class ConflictError(ZeroDBError):
     """A commit kept meeting concurrent commits and gave up after its retries."""
 
 
+class SerializationError(ConflictError):
+    """A concurrent commit changed what this transaction wrote (isolation level
+    "repeatable read") or read ("serializable") after its snapshot, so it may not be
+    replayed on the newer data: run the whole transaction again (``DB.transactional``
+    does, as PostgreSQL clients retry SQLSTATE 40001)."""
+
+
 class UniqueViolation(ZeroDBError):
     """A write would give two records the same value of a unique index."""
 

@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any
 from zerodb_core import gcpause
 from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run_of, new_id
 from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
+from zerodb_core.isolation import (
+    READ_COMMITTED,
+    SERIALIZABLE,
+    ReadSet,
+    changed_range_reader,
+    check_level,
+)
 from zerodb_core.lsm import Changes, LogTree, TextTree
 from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
 from zerodb_core.rootstate import RootState
@@ -27,6 +34,10 @@ if TYPE_CHECKING:
 
 class View:
     """A read-only snapshot of one database."""
+
+    # What a serializable transaction read (see zerodb_core.isolation); a snapshot
+    # checks nothing.
+    reads: ReadSet | None = None
 
     def __init__(self, source: NodeSource, root: RootState, *, sizes: NodeSizes | None = None):
         self.source = source
@@ -271,18 +282,35 @@ class Savepoint:
 
 
 class Transaction(View):
-    """A snapshot that writes: ops are applied now and replayed on rebase."""
+    """A snapshot that writes: ops are applied now and replayed on rebase, if its
+    isolation level allows (see :mod:`zerodb_core.isolation`)."""
 
-    def __init__(self, source: NodeSource, root: RootState, *, sizes: NodeSizes | None = None):
+    def __init__(
+        self,
+        source: NodeSource,
+        root: RootState,
+        *,
+        sizes: NodeSizes | None = None,
+        isolation: str = READ_COMMITTED,
+    ):
         super().__init__(source, root, sizes=sizes)
+        self.isolation = check_level(isolation)
+        self.reads = ReadSet() if isolation == SERIALIZABLE else None
         self.ops: list[WriteOp] = []
         # Objects read or added in this transaction, with the fields they had: changed
         # ones are saved at commit (as ZeroDB's persistent objects were).
         self.loaded: dict[int, tuple[Any, dict]] = {}
 
     def apply(self, op: WriteOp) -> Any:
-        with gcpause.paused():  # writes build many objects and no cycles
-            result = op.apply(self)
+        # What an operation reads to do its work (old records, unique keys, rows of a new
+        # index) is not a read of the transaction: a replay reads it again on the newer
+        # root (and refuses what no longer holds), so it is not checked for changes.
+        reads, self.reads = self.reads, None
+        try:
+            with gcpause.paused():  # writes build many objects and no cycles
+                result = op.apply(self)
+        finally:
+            self.reads = reads
         self.ops.append(op)
         return result
 
@@ -331,6 +359,43 @@ class Transaction(View):
         del self.merged[sp.merged :]
         del self.ops[sp.ops :]
 
+    def conflict(self, current: RootState) -> str | None:
+        """What keeps this transaction from being replayed on ``current`` at its
+        isolation level (a sentence for the error), or None."""
+        if self.isolation == READ_COMMITTED:
+            return None
+        keys: dict[str, set[bytes]] = {
+            name: set(pending.entries)
+            for name, pending in self.changes.trees.items()
+            if name.startswith("r/") and pending
+        }
+        reads = self.reads
+        if reads is not None:
+            for name, read in reads.keys.items():
+                keys.setdefault(name, set()).update(read)
+        before = View(self.source, self.root, sizes=self.sizes)
+        after = View(self.source, current, sizes=self.sizes)
+        names = sorted(keys)
+        old = before.run([before.tree(name).get_many_reader(sorted(keys[name])) for name in names])
+        new = after.run([after.tree(name).get_many_reader(sorted(keys[name])) for name in names])
+        for name, was, now in zip(names, old, new):
+            if was != now:
+                changed = {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)}
+                pending = self.changes.get(name) if name.startswith("r/") else None
+                what = "wrote" if pending and changed & pending.entries.keys() else "read"
+                return f"{len(changed)} key(s) this transaction {what} in {name!r} changed"
+        if reads is not None:
+            spans = after.run(
+                [
+                    changed_range_reader(self.root, current, name, ranges)
+                    for name, ranges in reads.ranges.items()
+                ]
+            )
+            for name, span in zip(reads.ranges, spans):
+                if span is not None:
+                    return f"a range this transaction read in {name!r} changed"
+        return None
+
     def rebase(self, root: RootState) -> None:
         """Replay this transaction's operations on a newer root."""
         ops = self.ops
@@ -339,9 +404,9 @@ class Transaction(View):
         for op in ops:
             self.apply(op)
 
-    def flush(self) -> tuple[dict[str, tuple[RunRef, ...]], list]:
-        """Return the trees of the root this transaction would commit (every tree's
-        pending changes as one new run on top) and every new object to write."""
+    def flush(self, seq: int | None = None) -> tuple[dict[str, tuple[RunRef, ...]], list]:
+        """Return the trees of the root this transaction would commit as ``seq`` (every
+        tree's pending changes as one new run on top) and every new object to write."""
         trees = dict(self.runs)
         objects = list(self.merged)
         for name, pending in self.changes.trees.items():
@@ -363,6 +428,7 @@ class Transaction(View):
                 inner_bytes=self.sizes.inner,
                 postings=postings,
                 filter_values=None if index is None else value_prefixes(index, keys, values),
+                newest=seq,
             )
             trees[name] = (run, *trees.get(name, ()))
             objects += nodes

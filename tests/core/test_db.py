@@ -8,7 +8,12 @@ import pytest
 
 from blob_server.storage.memory import MemoryStorage
 from tests.core.hr import Account, Employee
-from zerodb_core import DoesNotExist, NotSupportedError, QueryError, UniqueViolation
+from zerodb_core import (
+    DoesNotExist,
+    NotSupportedError,
+    QueryError,
+    UniqueViolation,
+)
 from zerodb_core.query import Contains, Eq, Gt, InRange
 from zerodb_core.records import spilled_value_ids
 from zerodb_core.transaction import DropModel
@@ -124,9 +129,12 @@ def test_concurrent_commits_rebase(make_db):
     assert emails == {"seed", "from-a", "from-b"}
 
 
-def test_rebase_rechecks_unique(make_db):
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read", "serializable"])
+def test_rebase_rechecks_unique(make_db, isolation):
+    """Replayed on the newer root, the insert meets the other one's unique value (what
+    an insert reads to check it is read again by the replay, at every level)."""
     storage = MemoryStorage()
-    a = make_db(storage)
+    a = make_db(storage, isolation=isolation)
     b = make_db(storage)
     a.add(Account(email="seed"))
     with pytest.raises(UniqueViolation), a.transaction():

@@ -86,6 +86,10 @@ class RunRef:
     which the merge policy weighs. ``first`` and ``last`` bound its keys (inclusive;
     None: unknown), so reads skip runs that cannot hold a key. ``filter`` is the blob id
     of its Bloom filter of values, if it has one (:mod:`zerodb_core.btree.filters`).
+    ``newest`` is the seq of the newest commit whose entries the run holds (a merged
+    run: its newest input's; None: not known, from a root written before it was kept),
+    so a transaction can tell which runs hold changes made after its snapshot
+    (:mod:`zerodb_core.isolation`).
     """
 
     root: bytes
@@ -97,9 +101,10 @@ class RunRef:
     last: bytes | None = None
     plain: bool = True
     filter: bytes | None = None
+    newest: int | None = None
 
     def to_payload(self) -> list:
-        return [
+        payload = [
             self.root,
             self.height,
             self.count,
@@ -110,11 +115,17 @@ class RunRef:
             self.plain,
             self.filter,
         ]
+        if self.newest is not None:
+            payload.append(self.newest)
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Any) -> RunRef:
         """Check and unpack a run reference of the root record (fail closed)."""
+        newest = None
         try:
+            if type(payload) is list and len(payload) == 10:
+                *payload, newest = payload
             root, height, count, dels, size, first, last, plain, bloom = payload
         except (TypeError, ValueError):
             raise IntegrityError("malformed run reference in root record") from None
@@ -134,9 +145,10 @@ class RunRef:
             and type(plain) is bool
             and (not plain or dels == 0)
             and (bloom is None or (type(bloom) is bytes and len(bloom) == 16))
+            and (newest is None or (type(newest) is int and newest > 0))
         ):
             raise IntegrityError("malformed run reference in root record")
-        return cls(root, height, count, dels, size, first, last, plain, bloom)
+        return cls(root, height, count, dels, size, first, last, plain, bloom, newest)
 
     def may_hold(self, key: bytes) -> bool:
         """Whether ``key`` can be in this run, by its fence keys alone (no I/O)."""
@@ -179,12 +191,13 @@ def build_run_of(
     inner_bytes: int,
     postings: bool = False,
     filter_values: Iterable[bytes] | None = None,
+    newest: int | None = None,
 ) -> tuple[RunRef, list[Node]]:
     """A run of ``segments`` in key order: entries ``(keys, values, tags)`` to pack into
     new leaves, or leaves of other runs to keep as they are (a merge keeps the leaves no
     other input overlaps, and writes only new inner nodes above them). With
-    ``filter_values``, the run gets a Bloom filter of them. Return its reference and its
-    new nodes."""
+    ``filter_values``, the run gets a Bloom filter of them; ``newest`` is the seq of the
+    newest commit whose entries it holds. Return its reference and its new nodes."""
     level: _Level = []
     nodes: list[Node] = []
     reused: list[Node] = []
@@ -263,6 +276,7 @@ def build_run_of(
         None if last is None else _upper_fence(last),
         plain and not dels,
         None if bloom is None else bloom.id,
+        newest,
     )
     return ref, nodes
 

@@ -86,6 +86,7 @@ class TextTree(TreeView):
         readers, owners = [], []
         for n, term_key in enumerate(term_keys):
             hi = key_after(term_key)
+            self.note_range(term_key, hi)
             for age, run in enumerate(self.runs):
                 if run.overlaps(term_key, hi):
                     readers.append(Run(run).entries_reader(term_key, hi))
@@ -118,6 +119,7 @@ class TextTree(TreeView):
     def scan_reader(self) -> Reader:
         """Return every live posting, ``[(term key + pk key, (term key, pk, document
         length, positions))]`` in key order (for checks and rebuilds, not queries)."""
+        self.note_range(b"", None)
         parts = yield from gather([Run(run).entries_reader() for run in self.runs])
         by_term: dict[bytes, list[tuple[int, bytes, list]]] = {}
         for age, (keys, _, blocks) in enumerate(parts):

@@ -49,6 +49,12 @@ class TreeView:
         pending = self.view.changes.get(self.name)
         return pending if pending else None
 
+    def note_range(self, lo: bytes, hi: bytes | None) -> None:
+        """Record a read of ``[lo, hi)`` (a serializable transaction checks its reads)."""
+        reads = self.view.reads
+        if reads is not None:
+            reads.note_range(self.name, lo, hi)
+
 
 class LogTree(TreeView):
     """One tree of keys and values as a snapshot or transaction sees it."""
@@ -63,6 +69,7 @@ class LogTree(TreeView):
         self.index = index
 
     def __len__(self) -> int:
+        self.note_range(b"", None)
         pending = self.pending
         return sum(run.count for run in self.runs) + (pending.net() if pending else 0)
 
@@ -88,6 +95,9 @@ class LogTree(TreeView):
         """Return ``{key: value}`` of the live keys among ``keys``; one fetch per level
         for every run at once."""
         wanted = sorted(set(keys))
+        reads = self.view.reads
+        if reads is not None:
+            reads.note_keys(self.name, wanted)
         found: dict[bytes, bytes] = {}
         pending = self.pending
         if pending is not None:
@@ -137,6 +147,7 @@ class LogTree(TreeView):
         """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
         when not ``exact``; ``read_under``: see ``Run.count_reader``). ``value``: the
         range holds the entries of one whole value ``lo`` (an equality)."""
+        self.note_range(lo, hi)
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
         if value:
             runs = yield from self._filtered_runs(runs, lo)
@@ -162,6 +173,7 @@ class LogTree(TreeView):
         are not read)."""
         if hi is not None and hi <= lo:
             return []
+        self.note_range(lo, hi)
         runs = [run for run in self.runs if run.overlaps(lo, hi)]
         if value:
             runs = yield from self._filtered_runs(runs, lo)
