@@ -56,7 +56,8 @@ class NotSupportedError(DatabaseError, django_errors.NotSupportedError):
 
 
 class SerializationError(OperationalError):
-    """A concurrent commit changed rows this transaction read for update."""
+    """A concurrent commit changed what this transaction wrote, read for update, or (at
+    "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``)."""
 
 
 class ImproperlyConfiguredStore(OperationalError):

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import lookup_spawns_duplicates
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
@@ -45,8 +45,10 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.paginator import InvalidPage
 from django.db import connections, models, router
 from django.db.models.constants import LOOKUP_SEP
+from django.http import HttpResponseRedirect
 from django.utils.text import smart_split, unescape_string_literal
 
+from django_zerodb.exceptions import SerializationError
 from django_zerodb.indexes import TextIndex, model_spec
 
 SEARCH = "search"
@@ -198,8 +200,35 @@ class ZeroModelAdmin(admin.ModelAdmin):
     # Rank full-text results (BM25) when no column is sorted.
     rank_search_results = True
 
+    # Shown when a save meets a concurrent change (OPTIONS["ISOLATION_LEVEL"] "repeatable
+    # read" or "serializable"): nothing was saved, and the form is shown afresh.
+    changed_meanwhile_message = (
+        "This {name} was changed by someone else while you edited it, so your changes "
+        "were not saved. Here it is as it is now: make your changes again."
+    )
+
     def get_changelist(self, request, **kwargs):
         return ZeroChangeList
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        """Django's, except that a save that meets a concurrent change says so (and shows
+        the row as it is now) instead of failing with a server error."""
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except SerializationError:
+            return self.changed_meanwhile(request)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except SerializationError:
+            return self.changed_meanwhile(request)
+
+    def changed_meanwhile(self, request) -> HttpResponseRedirect:
+        """Tell the user their change lost a race, and send them back to the page."""
+        name = self.opts.verbose_name
+        self.message_user(request, self.changed_meanwhile_message.format(name=name), messages.ERROR)
+        return HttpResponseRedirect(request.get_full_path())
 
     def search_lookups(self, request) -> list[SearchLookup]:
         """How each of ``get_search_fields()`` is searched."""

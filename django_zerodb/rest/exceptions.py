@@ -29,3 +29,14 @@ def join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
     return f"{path}.{key}" if path else key
+
+
+class ChangedMeanwhile(APIException):
+    """A write met a concurrent change of what it wrote or read, and was not saved."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "The resource was changed by someone else meanwhile; nothing was saved. "
+        "Read it again, then retry."
+    )
+    default_code = "changed_meanwhile"

@@ -36,7 +36,8 @@ from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from django_zerodb.rest.exceptions import BadQuery
+from django_zerodb.exceptions import SerializationError
+from django_zerodb.rest.exceptions import BadQuery, ChangedMeanwhile
 from django_zerodb.rest.filters import RankedSearchFilter, ZeroFilterBackend
 from django_zerodb.rest.pagination import ZeroPageNumberPagination
 from django_zerodb.rest.permissions import ZeroModelPermissions
@@ -67,6 +68,14 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # names clients use to ORM paths.
     query_fields: list[str] | Mapping[str, str] | None = None
     query_parser_class = QueryParser
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """DRF's, with a write that met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]``
+        "repeatable read" or "serializable") answered 409 Conflict: nothing was saved,
+        and the client should read the resource again before retrying."""
+        if isinstance(exc, SerializationError):
+            exc = ChangedMeanwhile()
+        return super().handle_exception(exc)
 
     # -- the query endpoint ----------------------------------------------------------------
 
