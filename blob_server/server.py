@@ -68,7 +68,14 @@ from blob_server.exceptions import (
     StorageUnavailableError,
 )
 from blob_server.storage import Storage
-from blob_server.storage.base import BLOB_ID_SIZE, DEFAULT_STAGING_TIMEOUT, NO_QUOTA, Quota
+from blob_server.storage.base import (
+    BLOB_ID_SIZE,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
+    NO_QUOTA,
+    Durability,
+    Quota,
+)
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
 DEFAULT_MAX_CONNECTIONS = 256
@@ -80,6 +87,9 @@ LOGIN_DEADLINE = 10.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
+#: Seconds a refused connection is kept open after its last frame, for the client to
+#: read it and close first (see ``BlobServer._send_last``).
+LAST_FRAME_LINGER = 2.0
 #: Most new blobs in one commit or stage request (at most the protocol's ids per request).
 DEFAULT_MAX_COMMIT_BLOBS = protocol.MAX_IDS_PER_REQUEST
 #: Most bytes of new blobs (+ root) in one commit or stage request: as much as a get_blobs
@@ -206,6 +216,8 @@ class BlobServer:
         max_commit_blobs: int = DEFAULT_MAX_COMMIT_BLOBS,
         max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
         staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
+        garbage_retention: float = DEFAULT_RETENTION_SECONDS,
+        durability: Durability | None = None,
     ) -> None:
         if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
             protocol.MAX_IDS_PER_REQUEST
@@ -219,9 +231,13 @@ class BlobServer:
             raise ValueError(f"max_commit_bytes must be between 1 and {protocol.MAX_FRAME_BYTES}")
         try:
             self.staging_timeout = check_retention(staging_timeout, "staging_timeout")
+            self.garbage_retention = check_retention(garbage_retention, "garbage_retention")
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         self.storage = storage
+        # What acknowledged commits survive (``blob_server.durability.admit``), told to
+        # every client at login and in ``stats``; None: not known (in-process servers).
+        self.durability = durability
         self.push = push
         self.default_quota = default_quota
         self.max_commit_blobs = max_commit_blobs
@@ -305,7 +321,9 @@ class BlobServer:
         Return how many blobs were deleted; a failure is logged (the task goes on)."""
         try:
             deleted = await asyncio.to_thread(
-                self.storage.collect_garbage, staging_timeout=self.staging_timeout
+                self.storage.collect_garbage,
+                retention=self.garbage_retention,
+                staging_timeout=self.staging_timeout,
             )
         except Exception as exc:
             log_event(logging.ERROR, "garbage_failed", error=type(exc).__name__)
@@ -326,7 +344,8 @@ class BlobServer:
             or self._per_address.get(address, 0) >= self.max_per_address
         ):
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
-            await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
+            busy = protocol.error_frame(0, protocol.BUSY, "server busy")
+            await self._send_last(reader, writer, busy)
             return
         self._per_address[address] = self._per_address.get(address, 0) + 1
         self.connections += 1
@@ -362,10 +381,30 @@ class BlobServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2)
 
-    async def _send_last(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
+    async def _send_last(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes
+    ) -> None:
+        """Send a last unasked frame (``busy``) and close, so that the client reads it.
+
+        *Why not just close:* the client has usually sent its first request already;
+        closing a socket with unread input makes the kernel answer with a reset, which
+        can destroy the frame before the client reads it (it then saw a dropped
+        connection, not a busy server). So: send, end our side, and read what the client
+        sends until it closes (at most ``LAST_FRAME_LINGER`` seconds and
+        ``protocol.MAX_PREAUTH_FRAME_BYTES``), then close."""
         with contextlib.suppress(Exception):
             writer.write(frame)
             await asyncio.wait_for(writer.drain(), 2)
+            if writer.can_write_eof():
+                writer.write_eof()
+            deadline = asyncio.get_running_loop().time() + LAST_FRAME_LINGER
+            left = protocol.MAX_PREAUTH_FRAME_BYTES
+            while left > 0:
+                timeout = deadline - asyncio.get_running_loop().time()
+                data = await asyncio.wait_for(reader.read(left), max(timeout, 0))
+                if not data:
+                    break
+                left -= len(data)
         writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer.wait_closed(), 2)
@@ -528,7 +567,18 @@ class BlobServer:
             "max_commit_blobs": self.max_commit_blobs,
             "max_commit_bytes": self.max_commit_bytes,
         }
-        return {"tenant": tenant, "limits": limits}
+        # The garbage retention, so that a client whose old snapshot meets a collected
+        # blob can tell "too old" (SnapshotTooOldError) from a blob withheld (tampering).
+        answer: dict[str, object] = {
+            "tenant": tenant,
+            "limits": limits,
+            "garbage_retention": self.garbage_retention,
+        }
+        # What an acknowledged commit survives: a client of a volatile store warns, since
+        # it would take a store that lost commits for one rolled back.
+        if self.durability is not None:
+            answer["durability"] = self.durability.as_dict()
+        return answer
 
     async def _op_ping(self, session: Session, args: dict) -> object:
         _args(args, {})
@@ -704,6 +754,8 @@ class BlobServer:
             "max_blobs": quota.max_blobs,
             "max_bytes": quota.max_bytes,
         }
+        if self.durability is not None:
+            answer["durability"] = self.durability.as_dict()
         return answer
 
     # -- root pushes -----------------------------------------------------------------------

@@ -200,8 +200,9 @@ def _writer(port: int, key_file: str, worker: int, acks: str, start) -> None:
         raise
 
 
-def run_writers(deployment: Deployment, storage: str) -> None:
+def run_writers(deployment: Deployment, storage: str, *flags: str) -> None:
     server = deployment.server(storage)
+    server.args += flags
     server.start()
     try:
         with deployment.open_db(server.port) as db:  # the keyring exists before the race
@@ -246,7 +247,7 @@ def test_four_processes_commit_to_one_database_redis(deployment, redis_server):
     admin = redis_server.client(3)
     admin.flushdb()
     admin.close()
-    run_writers(deployment, redis_server.url(3))
+    run_writers(deployment, redis_server.url(3), "--allow-volatile-redis")  # no AOF
 
 
 # -- crashes -----------------------------------------------------------------------------------
