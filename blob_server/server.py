@@ -87,9 +87,6 @@ LOGIN_DEADLINE = 10.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
-#: Seconds a refused connection is kept open after its last frame, for the client to
-#: read it and close first (see ``BlobServer._send_last``).
-LAST_FRAME_LINGER = 2.0
 #: Most new blobs in one commit or stage request (at most the protocol's ids per request).
 DEFAULT_MAX_COMMIT_BLOBS = protocol.MAX_IDS_PER_REQUEST
 #: Most bytes of new blobs (+ root) in one commit or stage request: as much as a get_blobs
@@ -344,8 +341,7 @@ class BlobServer:
             or self._per_address.get(address, 0) >= self.max_per_address
         ):
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
-            busy = protocol.error_frame(0, protocol.BUSY, "server busy")
-            await self._send_last(reader, writer, busy)
+            await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
             return
         self._per_address[address] = self._per_address.get(address, 0) + 1
         self.connections += 1
@@ -381,30 +377,10 @@ class BlobServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2)
 
-    async def _send_last(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes
-    ) -> None:
-        """Send a last unasked frame (``busy``) and close, so that the client reads it.
-
-        *Why not just close:* the client has usually sent its first request already;
-        closing a socket with unread input makes the kernel answer with a reset, which
-        can destroy the frame before the client reads it (it then saw a dropped
-        connection, not a busy server). So: send, end our side, and read what the client
-        sends until it closes (at most ``LAST_FRAME_LINGER`` seconds and
-        ``protocol.MAX_PREAUTH_FRAME_BYTES``), then close."""
+    async def _send_last(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         with contextlib.suppress(Exception):
             writer.write(frame)
             await asyncio.wait_for(writer.drain(), 2)
-            if writer.can_write_eof():
-                writer.write_eof()
-            deadline = asyncio.get_running_loop().time() + LAST_FRAME_LINGER
-            left = protocol.MAX_PREAUTH_FRAME_BYTES
-            while left > 0:
-                timeout = deadline - asyncio.get_running_loop().time()
-                data = await asyncio.wait_for(reader.read(left), max(timeout, 0))
-                if not data:
-                    break
-                left -= len(data)
         writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer.wait_closed(), 2)
