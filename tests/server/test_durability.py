@@ -122,8 +122,15 @@ def test_redis_without_an_append_only_file_is_volatile(private_redis):
     assert "appendonly no" in found.detail
 
 
-def test_redis_that_hides_config_is_unknown_not_guessed(private_redis):
-    store = private_redis("hidden", rename_command=("CONFIG", ""))
+HIDDEN = {
+    "renamed": {"rename_command": ("CONFIG", "")},
+    "acl": {"user": ("default", "on", "nopass", "~*", "&*", "+@all", "-config")},
+}
+
+
+@pytest.mark.parametrize("how", sorted(HIDDEN))
+def test_redis_that_hides_config_is_unknown_not_guessed(private_redis, how):
+    store = private_redis(f"hidden-{how}", **HIDDEN[how])
     with pytest.raises(PersistenceUnknownError, match="CONFIG") as caught:
         durability_of(store.url)
     assert "aof_enabled:1" in str(caught.value)  # what INFO says is quoted, not trusted
