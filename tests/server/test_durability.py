@@ -13,7 +13,8 @@ subprocess, and the clients are ``DB`` over the network.
   operator states what they know (``--assume-redis-aof``, checked against INFO);
 * whatever it accepts, every client is told at login: it logs one warning per
   connection pool when a crash may lose acknowledged commits, and ``DB.stats()``, the
-  ``stats`` operation and ``zerodb-server stats`` show it.
+  ``stats`` operation and ``zerodb-server stats`` show it;
+* a login answer whose durability or garbage retention is malformed is refused.
 """
 
 from __future__ import annotations
@@ -25,14 +26,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from coincurve import PrivateKey
 
+from blob_server.auth import Authenticator
 from blob_server.exceptions import PersistenceUnknownError
-from blob_server.storage import RedisStorage
+from blob_server.server import BlobServer
+from blob_server.storage import MemoryStorage, RedisStorage
 from blob_server.tenants import TenantRegistry
 from tests.server.conftest import PrivateRedis
 from tests.server.test_server_e2e import ROOT, ServerProcess, run
-from zerodb_core import DB
+from tests.server.wire import InProcessServer, registry_with
+from zerodb_core import DB, IntegrityError
 from zerodb_core.keyfile import KeyFile
+from zerodb_core.transport.remote import RemoteTransport
 
 PASSWORD = "durability passphrase"
 TENANT = "acme"
@@ -219,3 +225,39 @@ def test_stats_command_shows_the_durability(private_redis, tenants):
         "--json",
     )  # fmt: skip
     assert json.loads(out)["durability"]["mode"] == "everysec"
+
+
+# -- what a client accepts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        {"durability": "durable"},
+        {"durability": {"mode": "durable"}},
+        {"durability": {"mode": "", "detail": ""}},
+        {"durability": {"mode": 1, "detail": "x"}},
+        {"durability": {"mode": "durable", "detail": "x" * 2000}},
+        {"garbage_retention": -1},
+        {"garbage_retention": float("nan")},
+        {"garbage_retention": True},
+        {"garbage_retention": "600"},
+    ],
+)
+def test_a_malformed_announcement_is_refused(tmp_path, monkeypatch, lie):
+    """The server is not trusted: what its login answer says is checked (fail closed)."""
+    login = BlobServer._op_login
+
+    async def lying_login(self, session, args):
+        return {**await login(self, session, args), **lie}
+
+    monkeypatch.setattr(BlobServer, "_op_login", lying_login)
+    key = PrivateKey()
+    server = InProcessServer(
+        MemoryStorage(), Authenticator(registry_with(tmp_path / "t.json", acme=[key]))
+    )
+    try:
+        with pytest.raises(IntegrityError, match="malformed"):
+            RemoteTransport("127.0.0.1", server.port, tenant="acme", login_key=key.secret)
+    finally:
+        server.stop()
