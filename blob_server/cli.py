@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import re
@@ -178,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle connection is closed (default: 300)",
     )
     serve.add_argument(
-        "--gc-interval", type=float, default=60.0, help="seconds between garbage collections"
+        "--gc-interval",
+        type=float,
+        default=60.0,
+        help="seconds between garbage collections, which also read the storage's durability "
+        "again (writes are refused while serve would refuse the storage; 0: neither)",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
     serve.add_argument(
@@ -397,6 +402,12 @@ def serve(args: argparse.Namespace) -> int:
             staging_timeout=args.staging_timeout,
             garbage_retention=args.garbage_retention,
             durability=durability,
+            admit=functools.partial(
+                admit,
+                storage,
+                allow_volatile=args.allow_volatile_redis,
+                assume_aof=args.assume_redis_aof,
+            ),
         )
     except (ValueError, StorageError) as exc:
         storage.close()

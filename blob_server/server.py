@@ -66,6 +66,7 @@ from blob_server.exceptions import (
     NotStagedError,
     QuotaExceededError,
     StorageUnavailableError,
+    VolatileStorageError,
 )
 from blob_server.storage import Storage
 from blob_server.storage.base import (
@@ -215,6 +216,7 @@ class BlobServer:
         staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
         garbage_retention: float = DEFAULT_RETENTION_SECONDS,
         durability: Durability | None = None,
+        admit: Callable[[], Durability] | None = None,
     ) -> None:
         if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
             protocol.MAX_IDS_PER_REQUEST
@@ -235,6 +237,11 @@ class BlobServer:
         # What acknowledged commits survive (``blob_server.durability.admit``), told to
         # every client at login and in ``stats``; None: not known (in-process servers).
         self.durability = durability
+        # Re-reads the storage's durability with the garbage task (``check_durability``):
+        # raises ``VolatileStorageError`` when serve would now refuse the storage.
+        self._admit = admit
+        # Why writes are refused (the storage lost what it was admitted with), or None.
+        self._writes_refused: str | None = None
         self.push = push
         self.default_quota = default_quota
         self.max_commit_blobs = max_commit_blobs
@@ -311,6 +318,42 @@ class BlobServer:
         while True:
             await asyncio.sleep(self.gc_interval)
             await self.collect_garbage()
+            await self.check_durability()
+
+    async def check_durability(self) -> None:
+        """Read the storage's durability again, as ``serve`` did when it started (the
+        garbage task does it every ``gc_interval`` seconds).
+
+        *Why:* a Redis restarted with another configuration, or told ``CONFIG SET
+        appendonly no``, would otherwise go on acknowledging commits it may lose while
+        clients were told they are durable. Until it is fixed, writes are answered
+        ``unavailable`` ("retry later") and an error is logged; new logins are told
+        what the storage says now. A storage that cannot be reached changes nothing
+        (its writes fail by themselves)."""
+        if self._admit is None:
+            return
+        try:
+            durability = await asyncio.to_thread(self._admit)
+        except VolatileStorageError as exc:
+            if self._writes_refused is None:
+                log_event(logging.ERROR, "durability_lost", detail=str(exc)[:300])
+            self._writes_refused = (
+                "the storage may lose acknowledged commits now (the server's log says why); "
+                "writes are refused until it is fixed: retry later"
+            )
+            return
+        except Exception as exc:
+            log_event(logging.WARNING, "durability_check_failed", error=type(exc).__name__)
+            return
+        if self._writes_refused is not None or durability != self.durability:
+            log_event(logging.WARNING, "durability", mode=durability.mode, detail=durability.detail)
+        self._writes_refused = None
+        self.durability = durability
+
+    def _check_writable(self) -> None:
+        """Refuse a write while the storage lost the durability it was admitted with."""
+        if self._writes_refused is not None:
+            raise RequestError(protocol.UNAVAILABLE, self._writes_refused)
 
     async def collect_garbage(self) -> int:
         """Run one garbage collection, as the task does every ``gc_interval`` seconds:
@@ -620,6 +663,7 @@ class BlobServer:
     async def _op_stage(self, session: Session, args: dict) -> object:
         """Store blobs as pending for a later commit of the same database (``staged``)."""
         _args(args, {"database": str, "blobs": dict})
+        self._check_writable()
         blobs = args["blobs"]
         size = self._check_new_blobs("stage", blobs)
         database = _database(args)
@@ -642,6 +686,7 @@ class BlobServer:
             {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
             {"staged": list},
         )
+        self._check_writable()
         blobs = args["blobs"]
         if len(args["root"]) > protocol.MAX_BLOB_BYTES:
             raise RequestError(protocol.TOO_LARGE, "root too large")
@@ -700,6 +745,7 @@ class BlobServer:
 
     async def _op_put_keyring(self, session: Session, args: dict) -> object:
         _args(args, {"database": str, "name": str, "data": bytes, "expected": object})
+        self._check_writable()
         expected = args["expected"]
         if expected is not None and type(expected) is not bytes:
             raise RequestError(protocol.BAD_REQUEST, "expected must be bytes or nil")

@@ -14,6 +14,8 @@ subprocess, and the clients are ``DB`` over the network.
 * whatever it accepts, every client is told at login: it logs one warning per
   connection pool when a crash may lose acknowledged commits, and ``DB.stats()``, the
   ``stats`` operation and ``zerodb-server stats`` show it;
+* a Redis that loses its append-only file while served gets no more writes until it is
+  fixed;
 * a login answer whose durability or garbage retention is malformed is refused.
 """
 
@@ -23,6 +25,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,10 +36,11 @@ from blob_server.exceptions import PersistenceUnknownError
 from blob_server.server import BlobServer
 from blob_server.storage import MemoryStorage, RedisStorage
 from blob_server.tenants import TenantRegistry
+from tests.core.hr import Employee
 from tests.server.conftest import PrivateRedis
 from tests.server.test_server_e2e import ROOT, ServerProcess, run
 from tests.server.wire import InProcessServer, registry_with
-from zerodb_core import DB, IntegrityError
+from zerodb_core import DB, IntegrityError, StoreUnavailableError
 from zerodb_core.keyfile import KeyFile
 from zerodb_core.transport.remote import RemoteTransport
 
@@ -260,4 +264,46 @@ def test_a_malformed_announcement_is_refused(tmp_path, monkeypatch, lie):
         with pytest.raises(IntegrityError, match="malformed"):
             RemoteTransport("127.0.0.1", server.port, tenant="acme", login_key=key.secret)
     finally:
+        server.stop()
+
+
+def test_a_redis_that_loses_its_aof_while_served_gets_no_more_writes(
+    private_redis, tenants, tmp_path
+):
+    """``CONFIG SET appendonly no`` behind a running server (or a Redis restarted with
+    another configuration): the garbage task reads the durability again and, while
+    ``serve`` would refuse the storage, writes are answered "retry later"."""
+    store = private_redis("drift")
+    server = server_on(store.url, tenants[0], tmp_path / "s.log", "--gc-interval", "0.05")
+    admin = store.client()
+    try:
+        with open_db(server, tenants[1]) as db:
+            db.add(Employee(name="ann", surname="before", salary=1))
+            admin.config_set("appendonly", "no")
+            deadline = time.monotonic() + 30
+            while True:  # commits may pass until the next check notices
+                assert time.monotonic() < deadline, "the server never noticed"
+                try:
+                    db.add(Employee(name="ann", surname="maybe", salary=2))
+                except StoreUnavailableError as exc:
+                    refused = exc
+                    break
+                time.sleep(0.02)
+            assert "writes are refused until it is fixed" in str(refused)
+            assert "retry later" in str(refused)
+            assert "event=durability_lost" in server.log.read_text()
+            assert len(db[Employee].query(name="ann")) >= 1  # reads go on
+
+            admin.config_set("appendonly", "yes")
+            deadline = time.monotonic() + 30
+            while True:
+                assert time.monotonic() < deadline, "writes never came back"
+                try:
+                    db.add(Employee(name="ann", surname="after", salary=3))
+                    break
+                except StoreUnavailableError:
+                    time.sleep(0.02)
+        assert "event=durability mode=durable" in server.log.read_text()
+    finally:
+        admin.close()
         server.stop()
