@@ -167,6 +167,8 @@ def start_server(
     measures the server as deployed).
     """
     argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", redis_url]
+    # The benchmark's Redis keeps no append-only file (``--appendonly no``, as measured).
+    argv += ["--allow-volatile-redis"]
     argv += ["--tenants", str(tenants), *options, "--bind", "127.0.0.1:0"]
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     with open(log, "ab") as out:

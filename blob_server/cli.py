@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import re
@@ -31,8 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from blob_server import protocol
-from blob_server.exceptions import StorageError
-from blob_server.storage.base import DEFAULT_STAGING_TIMEOUT, MAX_QUOTA, Quota
+from blob_server.durability import ASSUMABLE
+from blob_server.exceptions import PersistenceUnknownError, StorageError
+from blob_server.storage.base import (
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
+    DURABLE,
+    EVERYSEC,
+    MAX_QUOTA,
+    Quota,
+)
 from blob_server.tenants import DEFAULT, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
@@ -170,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds before an idle connection is closed (default: 300)",
     )
     serve.add_argument(
-        "--gc-interval", type=float, default=60.0, help="seconds between garbage collections"
+        "--gc-interval",
+        type=float,
+        default=60.0,
+        help="seconds between garbage collections, which also read the storage's durability "
+        "again (writes are refused while serve would refuse the storage; 0: neither)",
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
     serve.add_argument(
@@ -226,6 +239,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete staged blobs that no commit made live within this many seconds (a "
         "client that died mid-upload); longer than any transaction's upload (default: "
         f"{DEFAULT_STAGING_TIMEOUT:.0f})",
+    )
+    serve.add_argument(
+        "--allow-volatile-redis",
+        action="store_true",
+        help="start on a Redis without the append-only file (appendonly no), or one that "
+        "will not tell (CONFIG disabled): a restart of Redis may then lose acknowledged "
+        "commits, which clients see as a rollback. Every client is told at login",
+    )
+    serve.add_argument(
+        "--assume-redis-aof",
+        choices=ASSUMABLE,
+        metavar="FSYNC",
+        help="for a Redis that will not tell its persistence settings (CONFIG renamed or "
+        "disabled, as on managed Redis): state that it keeps an append-only file with "
+        "appendfsync FSYNC (always or everysec), as its provider says. Clients are told "
+        "it is unverified",
+    )
+    serve.add_argument(
+        "--garbage-retention",
+        type=float,
+        default=DEFAULT_RETENTION_SECONDS,
+        metavar="SECONDS",
+        help="keep blobs that commits replaced this long before deleting them, so that "
+        "transactions and snapshots up to this old can still read them (older ones get "
+        f"SnapshotTooOldError; default: {DEFAULT_RETENTION_SECONDS:.0f})",
     )
 
     add_tenant = sub.add_parser(
@@ -324,7 +362,8 @@ def _keep_freed_memory() -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from blob_server.auth import Authenticator
-    from blob_server.server import BlobServer
+    from blob_server.durability import admit
+    from blob_server.server import BlobServer, log_event
     from blob_server.storage import open_storage
 
     _keep_freed_memory()
@@ -340,6 +379,15 @@ def serve(args: argparse.Namespace) -> int:
     except StorageError as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
+        durability = admit(
+            storage, allow_volatile=args.allow_volatile_redis, assume_aof=args.assume_redis_aof
+        )
+    except StorageError as exc:
+        storage.close()
+        raise SystemExit(f"error: {exc}") from None
+    level = logging.INFO if durability.mode in (DURABLE, EVERYSEC) else logging.WARNING
+    log_event(level, "durability", mode=durability.mode, detail=durability.detail)
+    try:
         server = BlobServer(
             storage,
             Authenticator(registry),
@@ -352,6 +400,14 @@ def serve(args: argparse.Namespace) -> int:
             max_commit_blobs=args.max_commit_blobs,
             max_commit_bytes=args.max_commit_bytes,
             staging_timeout=args.staging_timeout,
+            garbage_retention=args.garbage_retention,
+            durability=durability,
+            admit=functools.partial(
+                admit,
+                storage,
+                allow_volatile=args.allow_volatile_redis,
+                assume_aof=args.assume_redis_aof,
+            ),
         )
     except (ValueError, StorageError) as exc:
         storage.close()
@@ -426,6 +482,10 @@ def stats(args: argparse.Namespace) -> int:
     except StorageError as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
+        try:
+            durability = storage.durability().as_dict()
+        except PersistenceUnknownError as exc:
+            durability = {"mode": "unknown", "detail": str(exc)}
         known = registry.tenants()
         report = []
         for tenant in sorted(set(known) | set(storage.tenant_names())):
@@ -458,7 +518,11 @@ def stats(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     if args.json:
-        json.dump({"server_id": registry.server_id, "tenants": report}, sys.stdout, indent=2)
+        json.dump(
+            {"server_id": registry.server_id, "durability": durability, "tenants": report},
+            sys.stdout,
+            indent=2,
+        )
         print()
         return 0
     header = ("tenant", "database", "seq", "blobs", "bytes", "garbage", "staged")
@@ -494,6 +558,7 @@ def stats(args: argparse.Namespace) -> int:
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     print(f"server id: {registry.server_id or '-'}")
+    print(f"durability: {durability['mode']} ({durability['detail']})")
     for row in rows:
         cells = [
             cell.ljust(width) if i < 2 else cell.rjust(width)

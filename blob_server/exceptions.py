@@ -27,6 +27,17 @@ class StorageUnavailableError(StorageError):
     """The backend cannot be opened or reached."""
 
 
+class PersistenceUnknownError(StorageError):
+    """The backend will not tell what it persists: Redis with CONFIG renamed, disabled
+    or forbidden by an ACL (managed Redis services do this). The server then refuses to
+    guess; the message says which flag states what the operator knows."""
+
+
+class VolatileStorageError(StorageError):
+    """``serve`` refuses a storage that would lose acknowledged commits in a restart
+    (Redis without the append-only file) unless ``--allow-volatile-redis`` is given."""
+
+
 class QuotaExceededError(StorageError):
     """A write would take a tenant past its byte or blob quota; nothing was changed.
 

@@ -66,9 +66,17 @@ from blob_server.exceptions import (
     NotStagedError,
     QuotaExceededError,
     StorageUnavailableError,
+    VolatileStorageError,
 )
 from blob_server.storage import Storage
-from blob_server.storage.base import BLOB_ID_SIZE, DEFAULT_STAGING_TIMEOUT, NO_QUOTA, Quota
+from blob_server.storage.base import (
+    BLOB_ID_SIZE,
+    DEFAULT_RETENTION_SECONDS,
+    DEFAULT_STAGING_TIMEOUT,
+    NO_QUOTA,
+    Durability,
+    Quota,
+)
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
 DEFAULT_MAX_CONNECTIONS = 256
@@ -206,6 +214,9 @@ class BlobServer:
         max_commit_blobs: int = DEFAULT_MAX_COMMIT_BLOBS,
         max_commit_bytes: int = DEFAULT_MAX_COMMIT_BYTES,
         staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
+        garbage_retention: float = DEFAULT_RETENTION_SECONDS,
+        durability: Durability | None = None,
+        admit: Callable[[], Durability] | None = None,
     ) -> None:
         if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
             protocol.MAX_IDS_PER_REQUEST
@@ -219,9 +230,18 @@ class BlobServer:
             raise ValueError(f"max_commit_bytes must be between 1 and {protocol.MAX_FRAME_BYTES}")
         try:
             self.staging_timeout = check_retention(staging_timeout, "staging_timeout")
+            self.garbage_retention = check_retention(garbage_retention, "garbage_retention")
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         self.storage = storage
+        # What acknowledged commits survive (``blob_server.durability.admit``), told to
+        # every client at login and in ``stats``; None: not known (in-process servers).
+        self.durability = durability
+        # Re-reads the storage's durability with the garbage task (``check_durability``):
+        # raises ``VolatileStorageError`` when serve would now refuse the storage.
+        self._admit = admit
+        # Why writes are refused (the storage lost what it was admitted with), or None.
+        self._writes_refused: str | None = None
         self.push = push
         self.default_quota = default_quota
         self.max_commit_blobs = max_commit_blobs
@@ -298,6 +318,42 @@ class BlobServer:
         while True:
             await asyncio.sleep(self.gc_interval)
             await self.collect_garbage()
+            await self.check_durability()
+
+    async def check_durability(self) -> None:
+        """Read the storage's durability again, as ``serve`` did when it started (the
+        garbage task does it every ``gc_interval`` seconds).
+
+        *Why:* a Redis restarted with another configuration, or told ``CONFIG SET
+        appendonly no``, would otherwise go on acknowledging commits it may lose while
+        clients were told they are durable. Until it is fixed, writes are answered
+        ``unavailable`` ("retry later") and an error is logged; new logins are told
+        what the storage says now. A storage that cannot be reached changes nothing
+        (its writes fail by themselves)."""
+        if self._admit is None:
+            return
+        try:
+            durability = await asyncio.to_thread(self._admit)
+        except VolatileStorageError as exc:
+            if self._writes_refused is None:
+                log_event(logging.ERROR, "durability_lost", detail=str(exc)[:300])
+            self._writes_refused = (
+                "the storage may lose acknowledged commits now (the server's log says why); "
+                "writes are refused until it is fixed: retry later"
+            )
+            return
+        except Exception as exc:
+            log_event(logging.WARNING, "durability_check_failed", error=type(exc).__name__)
+            return
+        if self._writes_refused is not None or durability != self.durability:
+            log_event(logging.WARNING, "durability", mode=durability.mode, detail=durability.detail)
+        self._writes_refused = None
+        self.durability = durability
+
+    def _check_writable(self) -> None:
+        """Refuse a write while the storage lost the durability it was admitted with."""
+        if self._writes_refused is not None:
+            raise RequestError(protocol.UNAVAILABLE, self._writes_refused)
 
     async def collect_garbage(self) -> int:
         """Run one garbage collection, as the task does every ``gc_interval`` seconds:
@@ -305,7 +361,9 @@ class BlobServer:
         Return how many blobs were deleted; a failure is logged (the task goes on)."""
         try:
             deleted = await asyncio.to_thread(
-                self.storage.collect_garbage, staging_timeout=self.staging_timeout
+                self.storage.collect_garbage,
+                retention=self.garbage_retention,
+                staging_timeout=self.staging_timeout,
             )
         except Exception as exc:
             log_event(logging.ERROR, "garbage_failed", error=type(exc).__name__)
@@ -528,7 +586,18 @@ class BlobServer:
             "max_commit_blobs": self.max_commit_blobs,
             "max_commit_bytes": self.max_commit_bytes,
         }
-        return {"tenant": tenant, "limits": limits}
+        # The garbage retention, so that a client whose old snapshot meets a collected
+        # blob can tell "too old" (SnapshotTooOldError) from a blob withheld (tampering).
+        answer: dict[str, object] = {
+            "tenant": tenant,
+            "limits": limits,
+            "garbage_retention": self.garbage_retention,
+        }
+        # What an acknowledged commit survives: a client of a volatile store warns, since
+        # it would take a store that lost commits for one rolled back.
+        if self.durability is not None:
+            answer["durability"] = self.durability.as_dict()
+        return answer
 
     async def _op_ping(self, session: Session, args: dict) -> object:
         _args(args, {})
@@ -594,6 +663,7 @@ class BlobServer:
     async def _op_stage(self, session: Session, args: dict) -> object:
         """Store blobs as pending for a later commit of the same database (``staged``)."""
         _args(args, {"database": str, "blobs": dict})
+        self._check_writable()
         blobs = args["blobs"]
         size = self._check_new_blobs("stage", blobs)
         database = _database(args)
@@ -616,6 +686,7 @@ class BlobServer:
             {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
             {"staged": list},
         )
+        self._check_writable()
         blobs = args["blobs"]
         if len(args["root"]) > protocol.MAX_BLOB_BYTES:
             raise RequestError(protocol.TOO_LARGE, "root too large")
@@ -674,6 +745,7 @@ class BlobServer:
 
     async def _op_put_keyring(self, session: Session, args: dict) -> object:
         _args(args, {"database": str, "name": str, "data": bytes, "expected": object})
+        self._check_writable()
         expected = args["expected"]
         if expected is not None and type(expected) is not bytes:
             raise RequestError(protocol.BAD_REQUEST, "expected must be bytes or nil")
@@ -704,6 +776,8 @@ class BlobServer:
             "max_blobs": quota.max_blobs,
             "max_bytes": quota.max_bytes,
         }
+        if self.durability is not None:
+            answer["durability"] = self.durability.as_dict()
         return answer
 
     # -- root pushes -----------------------------------------------------------------------

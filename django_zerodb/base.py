@@ -12,11 +12,12 @@ import time
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils.functional import cached_property
 
 from django_zerodb import database as Database
 from django_zerodb.client import DatabaseClient
 from django_zerodb.creation import DatabaseCreation
-from django_zerodb.exceptions import NotSupportedError, translated
+from django_zerodb.exceptions import DatabaseErrorWrapper, NotSupportedError, translated
 from django_zerodb.features import DatabaseFeatures
 from django_zerodb.introspection import DatabaseIntrospection
 from django_zerodb.operations import DatabaseOperations
@@ -125,6 +126,12 @@ class DatabaseWrapper(BaseDatabaseWrapper):
     features_class = DatabaseFeatures
     introspection_class = DatabaseIntrospection
     ops_class = DatabaseOperations
+
+    @cached_property
+    def wrap_database_errors(self) -> DatabaseErrorWrapper:
+        """Django's error wrapper, letting the backend's precise Django classes through
+        (``QuotaExceededError``, ``SnapshotTooOldError``...: see ``exceptions``)."""
+        return DatabaseErrorWrapper(self)
 
     # -- opening ---------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import django.db.utils as django_errors
 
@@ -55,13 +56,76 @@ class NotSupportedError(DatabaseError, django_errors.NotSupportedError):
     schema editor, introspection, query setup) reach user code as Django's class too."""
 
 
-class SerializationError(OperationalError):
+class SerializationError(OperationalError, django_errors.OperationalError):
     """A concurrent commit changed what this transaction wrote, read for update, or (at
-    "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``)."""
+    "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``).
+    Also a ``django.db.OperationalError``, so Django's error wrapper lets it through."""
 
 
 class ImproperlyConfiguredStore(OperationalError):
     """The store of an encrypted database cannot be opened with its settings."""
+
+
+# The engine's operational errors (zerodb_core.OperationalError: an outage or a limit,
+# never tampering), each also a ``django.db.OperationalError`` itself, so that user code
+# can catch Django's class or the precise one; ``DatabaseErrorWrapper`` lets them through
+# as they are.
+
+
+class StoreUnavailableError(OperationalError, django_errors.OperationalError):
+    """The store cannot be reached, or its storage is down: retry later."""
+
+
+class ServerBusyError(StoreUnavailableError):
+    """The blob server refuses connections, it holds as many as it takes: retry later."""
+
+
+class RateLimitedError(OperationalError, django_errors.OperationalError):
+    """The blob server refuses logins from this address for now: retry later."""
+
+
+class QuotaExceededError(OperationalError, django_errors.OperationalError):
+    """The tenant's quota refused the write; nothing was written."""
+
+
+class CommitTooLargeError(OperationalError, django_errors.OperationalError):
+    """One blob or root is past what the store accepts at all; nothing was written."""
+
+
+class SnapshotTooOldError(OperationalError, django_errors.OperationalError):
+    """The transaction's snapshot outlived the store's garbage retention: retry it."""
+
+
+# Most precise first: ``translated`` takes the first class in the error's MRO found here.
+_OPERATIONAL: dict[type[core.OperationalError], type[OperationalError]] = {
+    core.ServerBusyError: ServerBusyError,
+    core.StoreUnavailableError: StoreUnavailableError,
+    core.RateLimitedError: RateLimitedError,
+    core.QuotaExceededError: QuotaExceededError,
+    core.CommitTooLargeError: CommitTooLargeError,
+    core.SnapshotTooOldError: SnapshotTooOldError,
+    core.OperationalError: OperationalError,
+}
+
+
+class DatabaseErrorWrapper(django_errors.DatabaseErrorWrapper):
+    """Django's wrapper, except that errors which already are Django's classes (the
+    precise ones above, ``NotSupportedError``) go through as they are.
+
+    *Why:* Django's wrapper re-raises every driver error as Django's base class of its
+    kind (``django.db.OperationalError(*args)``), so a caller could not tell a full
+    quota from a busy server without digging in ``__cause__``."""
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        ours_and_djangos = (
+            exc_type is not None
+            and issubclass(exc_type, Error)
+            and issubclass(exc_type, django_errors.Error)
+        )
+        if not ours_and_djangos:
+            super().__exit__(exc_type, exc_value, traceback)
+        elif not issubclass(exc_type, django_errors.DataError | django_errors.IntegrityError):
+            self.wrapper.errors_occurred = True  # as Django's wrapper does
 
 
 @contextlib.contextmanager
@@ -77,7 +141,10 @@ def translated() -> Iterator[None]:
         raise SerializationError(str(exc)) from exc
     except core.NotSupportedError as exc:
         raise NotSupportedError(str(exc)) from exc
-    except (core.StoreUnavailableError, core.AuthenticationError) as exc:
+    except core.OperationalError as exc:  # an outage or a limit: never the tamper alarm
+        kind = next(_OPERATIONAL[cls] for cls in type(exc).__mro__ if cls in _OPERATIONAL)
+        raise kind(str(exc)) from exc
+    except core.AuthenticationError as exc:
         raise OperationalError(str(exc)) from exc
     except (core.IntegrityError, core.FreshnessError) as exc:
         # Tampering, rollback or fork of the store: never a wrong answer, always loud.

@@ -8,8 +8,14 @@ from typing import Any
 from zerodb_core.btree import BlobRequest, node_from_payload
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, BlobSealer
-from zerodb_core.exceptions import IntegrityError, UnknownEpochError
+from zerodb_core.exceptions import (
+    IntegrityError,
+    MissingBlobError,
+    UnknownEpochError,
+    ZeroDBError,
+)
 from zerodb_core.records import RecordBlob
+from zerodb_core.retention import explain_missing
 from zerodb_core.serialization import unpack
 from zerodb_core.transport import Transport
 
@@ -43,6 +49,12 @@ class BlobSource:
         # rotated); the blob is then opened again, and fails for good if still unknown.
         self.reload_keys = reload_keys
 
+    def explain_missing(self, error: MissingBlobError, seq: int, taken: float) -> ZeroDBError:
+        """The error a read of the snapshot at ``seq`` (in hand since ``taken``, a
+        ``time.monotonic()``) raises for a missing blob: ``SnapshotTooOldError`` if the
+        snapshot outlived the garbage retention, else ``error`` (see ``retention``)."""
+        return explain_missing(self.transport, self.database, seq, taken, error)
+
     def lookup(self, blob_id: bytes) -> Any | None:
         return self.cache.get(blob_id)
 
@@ -53,9 +65,7 @@ class BlobSource:
         for request, blob_id in zip(requests, ids):
             sealed = found.get(blob_id)
             if sealed is None:
-                raise IntegrityError(
-                    f"blob {blob_id.hex()} is missing from the store (deleted or withheld)"
-                )
+                raise MissingBlobError(blob_id)
             kind = BlobKind.NODE if request.__class__ is bytes else request[1]
             try:
                 payload = self.sealer.open(kind, blob_id, sealed)

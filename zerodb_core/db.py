@@ -31,10 +31,9 @@ from zerodb_core.exceptions import (
     FreshnessError,
     IntegrityError,
     NotSupportedError,
+    OperationalError,
     QueryError,
-    QuotaExceededError,
     SerializationError,
-    StoreUnavailableError,
     UnknownEpochError,
 )
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
@@ -536,11 +535,11 @@ class DB:
 
         Each round is an ordinary commit (any client may run one; it rebases for free, as
         its inputs are immutable). A round that cannot commit (the store is unreachable
-        or full, or the database too busy) is left for after a later commit: merging only
-        bounds the number of runs, and nothing depends on it. A store that misbehaves (a
-        run that fails its integrity check) is logged as an error, not raised: the commit
-        before it is durable, and must not look failed (a caller would make it again).
-        Reads of what failed fail closed by themselves.
+        or full, the database too busy: any ``OperationalError``) is left for after a
+        later commit: merging only bounds the number of runs, and nothing depends on it.
+        A store that misbehaves (a run that fails its integrity check) is logged as an
+        error, not raised: the commit before it is durable, and must not look failed (a
+        caller would make it again). Reads of what failed fail closed by themselves.
         """
         for _ in range(MAX_MERGE_ROUNDS):
             windows = {
@@ -559,7 +558,7 @@ class DB:
             ]
             try:
                 self._merge(state, jobs)
-            except (ConflictError, StoreUnavailableError, QuotaExceededError) as exc:
+            except (ConflictError, OperationalError) as exc:  # busy, full, unreachable...
                 logger.warning("merging runs of %r postponed: %s", self.database, exc)
                 return
             except (IntegrityError, FreshnessError) as exc:  # the store misbehaves
@@ -646,7 +645,10 @@ class DB:
 
         ``merges`` counts merge commits, and the ``merge_*`` figures the share of the
         round trips and bytes that merges made (included in the totals; exact when one
-        thread uses the DB, since the transport's counters are shared).
+        thread uses the DB, since the transport's counters are shared). ``durability``
+        is what the store says an acknowledged commit survives (``"durable"``,
+        ``"everysec"``, ``"os"``, ``"volatile"``, ``"unverified"``; None if it does not
+        say): see docs/settings.md, "Durability".
         """
         return {
             **self.transport.counters.snapshot(),
@@ -657,6 +659,7 @@ class DB:
             "cache_bytes": self.cache.bytes,
             "cache_entries": len(self.cache),
             "seq": self._latest.seq,
+            "durability": (self.transport.durability() or {}).get("mode"),
         }
 
     def close(self) -> None:

@@ -2,6 +2,18 @@
 
 Callers (the Django backend, applications) catch these by class; nothing in the engine
 raises a bare ``ValueError`` for a condition a user can cause.
+
+Two families matter to an operator and must never be confused:
+
+* ``IntegrityError`` (and ``FreshnessError``) is the tamper alarm: the store served
+  something that does not authenticate, does not decode, is missing from a snapshot it
+  must still hold, or is older than what was seen. Alert on it.
+* ``OperationalError`` is everything the store could not do for an ordinary reason: it
+  is unreachable or busy, a limit refused the request (quota, rate, size), or a snapshot
+  outlived the garbage retention. Nothing was tampered with; the message says whether to
+  retry later or what to change.
+
+docs/settings.md ("Errors") lists every exception, its cause and what to do.
 """
 
 
@@ -15,6 +27,16 @@ class IntegrityError(ZeroDBError):
 
     Raised before anything in the blob is deserialised (fail closed).
     """
+
+
+class MissingBlobError(IntegrityError):
+    """A blob a snapshot reaches is not in the store. From a snapshot the store must still
+    hold (the current root, or one younger than the garbage retention) that is tampering
+    or loss; a read of an older snapshot raises ``SnapshotTooOldError`` instead."""
+
+    def __init__(self, blob_id: bytes) -> None:
+        super().__init__(f"blob {blob_id.hex()} is missing from the store (deleted or withheld)")
+        self.blob_id = blob_id
 
 
 class UnknownEpochError(IntegrityError):
@@ -56,18 +78,44 @@ class AuthenticationError(ZeroDBError):
     """The store refused the credentials."""
 
 
-class StoreUnavailableError(ZeroDBError):
-    """The store cannot be reached or opened."""
+class OperationalError(ZeroDBError):
+    """The store could not do it, for a reason outside the data: an outage, a limit, or
+    a snapshot too old. Never a sign of tampering (that is ``IntegrityError``); the
+    message says "retry later" or names the limit and the setting that changes it."""
 
 
-class QuotaExceededError(ZeroDBError):
+class StoreUnavailableError(OperationalError):
+    """The store cannot be reached or opened, or its own storage is unavailable: retry
+    later. A write whose answer was lost this way has an unknown outcome (it may have
+    committed): read before writing it again."""
+
+
+class ServerBusyError(StoreUnavailableError):
+    """The blob server refused the connection: it holds as many as it takes (``serve
+    --max-connections``, and 32 per client address). Retry later."""
+
+
+class RateLimitedError(OperationalError):
+    """The blob server refused to log in from this address for now: too many failed
+    logins from it in the last minute (a wrong key, or someone else's attempts from the
+    same address). Retry later."""
+
+
+class SnapshotTooOldError(OperationalError):
+    """A read of an old snapshot met a blob the store has already deleted: later commits
+    replaced it and the garbage retention (``serve --garbage-retention``, 600 s by
+    default) has passed since. Start a new transaction (retry); a transaction that must
+    stay open longer needs a longer retention."""
+
+
+class QuotaExceededError(OperationalError):
     """The blob server refused a write: it would take the tenant past its quota of bytes
     or blobs. Nothing was written; the message says what is used and what is allowed.
     Deleting data frees space only once garbage collection has run (copy-on-write: a
     delete writes new nodes first), so a tenant at its limit needs a larger quota."""
 
 
-class CommitTooLargeError(ZeroDBError):
+class CommitTooLargeError(OperationalError):
     """A single blob or root is larger than the store accepts at all (32 MiB on a blob
     server), or a commit would name more than 2**20 staged and garbage ids; nothing was
     written. A transaction merely larger than one request is never refused: its blobs

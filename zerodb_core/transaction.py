@@ -10,12 +10,13 @@ failing. Replaying re-checks unique indexes against the newer data.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core import gcpause
 from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run_of, new_id
-from zerodb_core.exceptions import ConflictError, NotSupportedError, QueryError
+from zerodb_core.exceptions import ConflictError, MissingBlobError, NotSupportedError, QueryError
 from zerodb_core.isolation import (
     READ_COMMITTED,
     SERIALIZABLE,
@@ -46,6 +47,9 @@ class View:
 
     def _reset(self, root: RootState) -> None:
         self.root = root
+        # When the root was in hand: how old the snapshot is, should a blob it reaches
+        # have been collected (``run``).
+        self.taken = time.monotonic()
         self.ws = Workspace(self.source)
         self.runs: dict[str, tuple[RunRef, ...]] = dict(root.trees)
         self.changes = Changes()
@@ -90,7 +94,14 @@ class View:
         collector paused: a read may make many short-lived objects, and a collection
         would walk every node in the cache)."""
         with gcpause.paused():
-            return self.ws.run(readers)
+            try:
+                return self.ws.run(readers)
+            except MissingBlobError as exc:
+                explain = getattr(self.source, "explain_missing", None)
+                error = exc if explain is None else explain(exc, self.root.seq, self.taken)
+                if error is exc:
+                    raise
+                raise error from exc
 
     def table(self, model: str) -> Table | None:
         """The records of ``model``, or None if the catalog does not know it."""

@@ -143,6 +143,38 @@ class CommitResult:
     root: RootRecord
 
 
+#: What an acknowledged commit survives (``Durability.mode``), strongest first.
+#: ``durable``: it is on disk before it is acknowledged (SQLite with synchronous=FULL,
+#: Redis with ``appendonly yes`` and ``appendfsync always``).
+DURABLE = "durable"
+#: Redis ``appendfsync everysec``: a crash of the machine (or of Redis while an fsync is
+#: late) may lose the commits of about the last second (two at worst).
+EVERYSEC = "everysec"
+#: Redis ``appendfsync no``: the operating system writes when it likes (about 30 s on
+#: Linux); a crash of Redis alone loses nothing, a crash of the machine that much.
+OS_FLUSH = "os"
+#: The storage keeps nothing across a restart: ``memory://``, Redis without the append-only
+#: file (``appendonly no``; RDB snapshots, if any, lose everything since the last one).
+VOLATILE = "volatile"
+#: The storage would not say (Redis with CONFIG renamed or disabled, as managed services
+#: do); the operator vouched for it with a flag.
+UNVERIFIED = "unverified"
+DURABILITY_MODES = (DURABLE, EVERYSEC, OS_FLUSH, VOLATILE, UNVERIFIED)
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """What an acknowledged commit survives: ``mode`` (one of ``DURABILITY_MODES``) and
+    ``detail``, a sentence for operators and clients (the settings it was read from)."""
+
+    mode: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The form the server tells clients at login and in ``stats``."""
+        return {"mode": self.mode, "detail": self.detail}
+
+
 class Storage(abc.ABC):
     """Write-once blobs, one root per database, atomic commits, id blocks, garbage.
 
@@ -252,6 +284,12 @@ class Storage(abc.ABC):
         """Delete blobs that became garbage more than ``retention`` seconds ago and
         pending blobs staged more than ``staging_timeout`` seconds ago, giving their
         usage back; return how many blobs were deleted."""
+
+    @abc.abstractmethod
+    def durability(self) -> Durability:
+        """What an acknowledged commit survives, read from the backend's settings; raise
+        ``PersistenceUnknownError`` when the backend will not say (``StorageUnavailable
+        Error`` when it cannot be reached)."""
 
     @abc.abstractmethod
     def stats(self, tenant: str, database: str) -> dict[str, int]:

@@ -19,8 +19,10 @@ from blob_server.storage.base import (
     DEFAULT_STAGING_TIMEOUT,
     EMPTY_ROOT,
     NO_QUOTA,
+    VOLATILE,
     CommitResult,
     DatabaseUsage,
+    Durability,
     Quota,
     RootRecord,
     Storage,
@@ -228,6 +230,10 @@ class MemoryStorage(Storage):
                             deleted += 1
                             self._add_usage(tenant, -1, -len(data))
         return deleted
+
+    def durability(self) -> Durability:
+        """Volatile: everything lives in this process and goes with it."""
+        return Durability(VOLATILE, "memory:// keeps everything in the process: a restart loses it")
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
         """Return seq, blob count, blob bytes, garbage, staged, counters and keyrings."""

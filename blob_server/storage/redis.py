@@ -64,13 +64,14 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
 from blob_server.exceptions import (
     BlobExistsError,
     NotStagedError,
+    PersistenceUnknownError,
     QuotaExceededError,
     StorageUnavailableError,
 )
@@ -78,10 +79,15 @@ from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
+    DURABLE,
     EMPTY_ROOT,
+    EVERYSEC,
     NO_QUOTA,
+    OS_FLUSH,
+    VOLATILE,
     CommitResult,
     DatabaseUsage,
+    Durability,
     Quota,
     RootRecord,
     Storage,
@@ -346,6 +352,11 @@ def redact_url(url: str) -> str:
         return "<unparsable Redis URL>"
 
 
+def _text(value: object) -> str:
+    """A CONFIG GET value as text (redis-py answers bytes or str by its settings)."""
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value or "")
+
+
 def _length_prefixed(*names: str) -> bytes:
     """Encode names injectively (``("a:b", "c")`` and ``("a", "b:c")`` differ)."""
     out = bytearray()
@@ -560,6 +571,53 @@ class RedisStorage(Storage):
                 "in a crash, and clients would see that as a rollback",
                 self.url,
             )
+
+    def durability(self) -> Durability:
+        """Read ``appendonly`` and ``appendfsync`` with CONFIG GET (one round trip).
+
+        A Redis that refuses CONFIG (renamed or disabled, as managed services do, or an
+        ACL without ``+config``) raises ``PersistenceUnknownError``, saying what INFO
+        reports if it answers: the server does not guess from INFO, which does not
+        give the fsync policy (see ``blob_server.durability``)."""
+        with self._errors():
+            try:
+                settings = self._redis.config_get("append*")
+            except ResponseError as exc:
+                raise PersistenceUnknownError(
+                    f"Redis at {self.url} does not let the server read its persistence "
+                    f"settings (CONFIG GET appendonly: {exc}); managed Redis services often "
+                    f"rename or disable CONFIG.{self._info_aof()}"
+                ) from None
+        appendonly = _text(settings.get("appendonly") or settings.get(b"appendonly"))
+        fsync = _text(settings.get("appendfsync") or settings.get(b"appendfsync"))
+        if appendonly != "yes":
+            return Durability(
+                VOLATILE,
+                f"Redis at {self.url} has appendonly {appendonly or '?'}: no append-only "
+                "file, so a restart of Redis loses the commits since its last RDB snapshot "
+                "(all of them without one)",
+            )
+        mode = {"always": DURABLE, "everysec": EVERYSEC, "no": OS_FLUSH}.get(fsync)
+        if mode is None:
+            raise PersistenceUnknownError(
+                f"Redis at {self.url} has appendonly yes and an unknown appendfsync {fsync!r}"
+            )
+        return Durability(mode, f"Redis at {self.url} with appendonly yes, appendfsync {fsync}")
+
+    def _info_aof(self) -> str:
+        """What INFO says of the append-only file, as a sentence (empty if it says nothing)."""
+        enabled = self.info_aof_enabled()
+        return "" if enabled is None else f" (INFO reports aof_enabled:{int(enabled)})"
+
+    def info_aof_enabled(self) -> bool | None:
+        """Whether INFO says the append-only file is on (None: INFO will not say)."""
+        try:
+            with self._errors():
+                info = self._redis.info("persistence")
+        except StorageUnavailableError:
+            return None
+        value = info.get("aof_enabled")
+        return None if value is None else bool(int(value))
 
     def _scope(self, tenant: str, database: str) -> _Scope:
         """Return the key names of (tenant, database) (call inside _errors)."""

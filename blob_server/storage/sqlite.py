@@ -40,10 +40,13 @@ from blob_server.storage import validation as v
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
+    DURABLE,
     EMPTY_ROOT,
     NO_QUOTA,
+    OS_FLUSH,
     CommitResult,
     DatabaseUsage,
+    Durability,
     Quota,
     RootRecord,
     Storage,
@@ -577,6 +580,17 @@ class SQLiteStorage(Storage):
                 deleted += sum(n for n, _ in freed.values())
             if len(due) < _GC_BATCH:
                 return deleted
+
+    def durability(self) -> Durability:
+        """Durable with synchronous=FULL (the default: WAL and an fsync per commit);
+        with NORMAL a crash of the machine may lose the last commits."""
+        if self._synchronous == "FULL":
+            return Durability(DURABLE, f"SQLite {self.path} with synchronous=FULL")
+        return Durability(
+            OS_FLUSH,
+            f"SQLite {self.path} with synchronous={self._synchronous}: the last "
+            "commits before a crash of the machine may be lost",
+        )
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
         """Return seq, blob count, blob bytes, garbage, staged, counters and keyrings.

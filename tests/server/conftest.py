@@ -8,6 +8,7 @@ production one and must not go untested silently.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -134,3 +135,63 @@ def redis_storage_factory(redis_server) -> Iterator:
 def redis_storage(redis_storage_factory) -> RedisStorage:
     """A fresh RedisStorage on an empty database."""
     return redis_storage_factory()
+
+
+class PrivateRedis:
+    """A redis-server of one test only, persisting with ``appendonly yes`` and
+    ``appendfsync always`` unless ``options`` say otherwise (a value may be a tuple of
+    words, e.g. ``{"rename-command": ("CONFIG", "")}``); it can be killed with SIGKILL
+    and restarted on the same port and directory, which keeps its append-only file."""
+
+    def __init__(self, directory: Path, **options: str | tuple[str, ...]) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.options = options
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_connect_timeout=0.5)
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail(INSTALL_HINT, pytrace=False)
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "save": "",
+            "appendonly": "yes",
+            "appendfsync": "always",
+            "dir": str(self.dir),
+            "loglevel": "warning",
+            "logfile": str(self.dir / "redis.log"),
+            **{name.replace("_", "-"): value for name, value in self.options.items()},
+        }
+        argv = [binary]
+        for name, value in options.items():
+            argv += [f"--{name}", *((value,) if isinstance(value, str) else value)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = self.client()
+        deadline = time.monotonic() + 20
+        try:
+            while time.monotonic() < deadline and self.process.poll() is None:
+                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
+                    if client.ping():
+                        return
+                time.sleep(0.02)
+        finally:
+            client.close()
+        self.kill()
+        log = (self.dir / "redis.log").read_text(errors="replace")
+        pytest.fail(f"redis-server did not start on port {self.port}: {log}", pytrace=False)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no last fsync; what the append-only file holds is all."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

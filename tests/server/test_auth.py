@@ -73,7 +73,10 @@ def test_valid_login_then_storage_calls(wire):
     # The answer tells the client the per-request limits, so it splits large commits
     # without asking.
     limits = {"max_commit_blobs": 4096, "max_commit_bytes": 48 * 1024 * 1024}
-    assert answer.ok and answer.result == {"tenant": "acme", "limits": limits}
+    # And the garbage retention, so that a client can tell a snapshot too old from a
+    # blob withheld (an in-process server of the tests says nothing of durability).
+    expected = {"tenant": "acme", "limits": limits, "garbage_retention": 600.0}
+    assert answer.ok and answer.result == expected
     root = w.call("get_root", {"database": "main"})
     assert root.ok and root.result == {"seq": 0, "data": b""}
     assert refused(w.call("login", {}), protocol.BAD_REQUEST)  # no second login

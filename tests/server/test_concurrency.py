@@ -18,14 +18,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import multiprocessing
 import random
 import re
-import shutil
 import signal
-import subprocess
 import threading
 import time
 import traceback
@@ -33,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import redis
 
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
-from tests.server.conftest import INSTALL_HINT, free_port
+from tests.server.conftest import PrivateRedis
 from tests.server.test_server_e2e import ServerProcess
 from zerodb_core import DB, StoreUnavailableError
 from zerodb_core.keyfile import KeyFile
@@ -86,55 +82,6 @@ def _stop(server: ServerProcess) -> None:
     server.stop()
     log = server.log.read_text(errors="replace")
     assert "Traceback" not in log and "event=op_failed" not in log, log[-4000:]
-
-
-class PrivateRedis:
-    """A redis-server of this test only, persisting with ``appendfsync always``; it can
-    be killed with SIGKILL and restarted on the same port and directory."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.port = free_port()
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail(INSTALL_HINT, pytrace=False)
-        options = {
-            "port": str(self.port),
-            "bind": "127.0.0.1",
-            "save": "",
-            "appendonly": "yes",
-            "appendfsync": "always",
-            "dir": str(self.dir),
-            "loglevel": "warning",
-            "logfile": str(self.dir / "redis.log"),
-        }
-        argv = [binary, *(arg for k, v in options.items() for arg in (f"--{k}", v))]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 20
-        try:
-            while time.monotonic() < deadline and self.process.poll() is None:
-                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                    if client.ping():
-                        return
-                time.sleep(0.02)
-        finally:
-            client.close()
-        self.kill()
-        log = (self.dir / "redis.log").read_text(errors="replace")
-        pytest.fail(f"redis-server did not start on port {self.port}: {log}", pytrace=False)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 # -- checking a database -----------------------------------------------------------------------
@@ -200,8 +147,9 @@ def _writer(port: int, key_file: str, worker: int, acks: str, start) -> None:
         raise
 
 
-def run_writers(deployment: Deployment, storage: str) -> None:
+def run_writers(deployment: Deployment, storage: str, *flags: str) -> None:
     server = deployment.server(storage)
+    server.args += flags
     server.start()
     try:
         with deployment.open_db(server.port) as db:  # the keyring exists before the race
@@ -246,7 +194,7 @@ def test_four_processes_commit_to_one_database_redis(deployment, redis_server):
     admin = redis_server.client(3)
     admin.flushdb()
     admin.close()
-    run_writers(deployment, redis_server.url(3))
+    run_writers(deployment, redis_server.url(3), "--allow-volatile-redis")  # no AOF
 
 
 # -- crashes -----------------------------------------------------------------------------------
@@ -358,7 +306,6 @@ def test_server_killed_during_commits_sqlite(deployment):
 
 def test_server_and_redis_killed_during_commits(deployment):
     store = PrivateRedis(deployment.tmp / "redis")
-    store.dir.mkdir()
     store.start()
     server = deployment.server(store.url)
     # Round 0: the blob server dies; round 1: Redis dies under a running server;

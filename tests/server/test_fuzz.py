@@ -48,6 +48,8 @@ from hypothesis import strategies as st
 
 from blob_server import protocol
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES
+from blob_server.storage import MemoryStorage
+from blob_server.storage.base import DEFAULT_RETENTION_SECONDS
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import ServerProcess
@@ -693,7 +695,12 @@ def check_login(target: Target, how: str, name: str, value: object, n: int) -> N
             args["signature"] = bytes(signature)
         answer = conn.call("login", args)
         if how in ("none", "replay"):
-            assert answer.ok and answer.result == {"tenant": FUZZ_TENANT, "limits": LIMITS}
+            assert answer.ok and answer.result == {
+                "tenant": FUZZ_TENANT,
+                "limits": LIMITS,
+                "garbage_retention": DEFAULT_RETENTION_SECONDS,
+                "durability": MemoryStorage().durability().as_dict(),  # serve on memory://
+            }
             again = conn.call("login", args)
             assert again.result[0] == protocol.BAD_REQUEST  # one login per connection
             assert conn.call("get_root", {"database": "fz"}).ok

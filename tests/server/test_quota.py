@@ -541,6 +541,10 @@ def test_stats_command_on_sqlite(tmp_path, capsys):
     assert cli_main(["stats", "--storage", url, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["server_id"] == json.loads(Path(tenants).read_text())["server_id"]
+    assert report["durability"] == {
+        "mode": "durable",
+        "detail": f"SQLite {path} with synchronous=FULL",
+    }
     by_name = {entry["tenant"]: entry for entry in report["tenants"]}
     assert sorted(by_name) == ["acme", "idle", "local"]
     acme = by_name["acme"]
@@ -560,6 +564,7 @@ def test_stats_command_on_sqlite(tmp_path, capsys):
     assert cli_main(["stats", "--storage", url]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0] == f"server id: {report['server_id']}"
+    assert table.pop(1) == f"durability: durable (SQLite {path} with synchronous=FULL)"
     assert table[1].split() == [
         "tenant",
         "database",

@@ -40,6 +40,7 @@ class TlsServer(ServerProcess):
         super().__init__(storage, tenants, log)
         if storage.startswith("redis://"):
             self.args[self.args.index("--storage")] = "--redis"
+            self.args.append("--allow-volatile-redis")  # the tests' Redis keeps no AOF
         self.args += ["--tls-cert", str(cert[0]), "--tls-key", str(cert[1]), *extra]
 
 

@@ -56,6 +56,7 @@ def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
     registry = registry_with(tmp / "tenants.json", acme=[key])
     server = ServerProcess(url, registry.path, tmp / "server.log")
     server.args[server.args.index("--storage")] = "--redis"
+    server.args.append("--allow-volatile-redis")  # the tests' Redis keeps no AOF
     server.args += ["--max-commit-bytes", "1M", "--max-commit-blobs", str(MAX_COMMIT_BLOBS)]
     server.start()
     yield Deployment(url, server, registry, key)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from blob_server.storage.base import CommitResult, RootRecord
+from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, CommitResult, RootRecord
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.transport.staging import (
     REFUSALS,
@@ -74,6 +74,10 @@ class Transport(abc.ABC):
 
     #: What one commit or stage request may carry (see ``staging.RequestLimits``).
     limits: RequestLimits
+    #: Seconds the store keeps a blob after a commit replaced it (as far as this client
+    #: knows): a snapshot at least this old may find blobs gone (``SnapshotTooOldError``),
+    #: a younger one never (a missing blob is then an ``IntegrityError``).
+    garbage_retention: float = DEFAULT_RETENTION_SECONDS
 
     def __init__(self, *, delay: float = 0.0) -> None:
         self.counters = TransportCounters()
@@ -235,6 +239,12 @@ class Transport(abc.ABC):
     def _put_keyring(
         self, database: str, name: str, data: bytes, *, expected: bytes | None
     ) -> bool: ...
+
+    def durability(self) -> dict[str, str] | None:
+        """What an acknowledged commit survives, as the store says: ``{"mode", "detail"}``
+        (``mode`` one of ``blob_server.storage.base.DURABILITY_MODES``), or None when it
+        does not say. No round trip."""
+        return None
 
     def known_root_seq(self, database: str) -> int | None:
         """The seq the root of ``database`` is known to have without asking the store, or

@@ -42,6 +42,17 @@ class LocalTransport(Transport):
         # Per database: the storage's root marker when the root was last read, and the
         # seq read then (see known_root_seq).
         self._markers: dict[str, tuple[Hashable, int]] = {}
+        self._durability: dict[str, str] | None = None
+
+    def durability(self) -> dict[str, str] | None:
+        """What the storage says it persists (asked once: a Redis answers with a round
+        trip), or None when it will not say or cannot be reached."""
+        if self._durability is None:
+            try:
+                self._durability = self.storage.durability().as_dict()
+            except StorageError:
+                return None
+        return self._durability
 
     def _get_blobs(self, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
         """One round trip, however many ids: a storage call takes at most
@@ -122,7 +133,9 @@ class LocalTransport(Transport):
         """Delete blobs replaced more than ``retention`` seconds ago, and staged blobs no
         commit claimed within the storage's default staging timeout (a process that died
         mid-commit). A server does this by itself; an embedded store has nobody else to
-        do it, so the client does."""
+        do it, so the client does. A retention shorter than any used before becomes the
+        one snapshots are judged by (``Transport.garbage_retention``)."""
+        self.garbage_retention = min(self.garbage_retention, retention)
         return self.storage.collect_garbage(retention=retention)
 
     def close(self) -> None:

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import select
 import socket
@@ -80,17 +81,31 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.exceptions import BlobExistsError, InvalidRequestError, NotStagedError
-from blob_server.storage.base import CommitResult, RootRecord
+from blob_server.storage.base import (
+    DEFAULT_RETENTION_SECONDS,
+    DURABLE,
+    EVERYSEC,
+    CommitResult,
+    RootRecord,
+)
 from zerodb_core.exceptions import (
     AuthenticationError,
     CommitTooLargeError,
     IntegrityError,
     QueryError,
     QuotaExceededError,
+    RateLimitedError,
+    ServerBusyError,
     StoreUnavailableError,
 )
 from zerodb_core.transport.base import MAX_SEQ, Transport, all_bytes
 from zerodb_core.transport.staging import REFUSALS, RequestLimits
+
+logger = logging.getLogger(__name__)
+
+#: Durabilities a client does not warn about: on disk before the acknowledgement, or
+#: within about a second of it.
+SAFE_ENOUGH = (DURABLE, EVERYSEC)
 
 DEFAULT_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
@@ -101,7 +116,9 @@ DEFAULT_POOL_SIZE = 4
 #: Stage requests sent back to back before their answers are read (the bytes of blobs).
 STAGE_WINDOW_BYTES = 64 * 1024 * 1024
 
-_AUTH_CODES = {protocol.AUTH_FAILED, protocol.RATE_LIMITED, protocol.UNAUTHENTICATED}
+_AUTH_CODES = {protocol.AUTH_FAILED, protocol.UNAUTHENTICATED}
+#: Said by every error that an outage or a limit of the moment caused, never the data.
+RETRY_LATER = "retry later"
 
 
 def request_limits(blobs: int, size: int) -> RequestLimits:
@@ -152,6 +169,21 @@ class _DroppedError(Exception):
     def __init__(self, cause: BaseException, *, sent: bool) -> None:
         super().__init__(str(cause))
         self.sent = sent
+
+
+class _ClosedByServerError(_DroppedError):
+    """The server sent an error nobody asked for (request id 0) and closed the connection:
+    ``busy`` when it refuses a connection, or an idle timeout or an oversized frame.
+
+    *Why its own class:* such a frame answers no request, and was taken for an answer out
+    of order, i.e. for tampering (``IntegrityError``); a busy server is an outage."""
+
+    def __init__(self, code: object, message: object) -> None:
+        super().__init__(
+            ConnectionError(f"the blob server closed the connection: {message} ({code})"),
+            sent=True,
+        )
+        self.code = code
 
 
 class _Connection:
@@ -213,6 +245,7 @@ class RemoteTransport(Transport):
         # The id every login must find: the pinned one, else the first one seen.
         self.server_id: str | None = server_id
         self.limits = FALLBACK_LIMITS  # until a login announces the server's
+        self._durability: dict[str, str] | None = None  # as the last login announced
         self.reconnects = 0  # primary connections opened after the first one
         self.connections_opened = 0  # logins that succeeded, primary and pooled
         self._connected = False
@@ -280,8 +313,14 @@ class RemoteTransport(Transport):
                     self.reconnects += 1
                 self._connected = True
             return
+        if isinstance(last, _ClosedByServerError) and last.code == protocol.BUSY:
+            raise ServerBusyError(
+                f"the blob server at {self.host}:{self.port} is busy: it refused "
+                f"{CONNECT_ATTEMPTS} connections in a row (it holds as many as `serve "
+                f"--max-connections` allows, and 32 per address); {RETRY_LATER}"
+            ) from None
         raise StoreUnavailableError(
-            f"cannot reach the blob server at {self.host}:{self.port}: {last}"
+            f"cannot reach the blob server at {self.host}:{self.port}: {last}; {RETRY_LATER}"
         ) from None
 
     def _open_socket(self) -> socket.socket:
@@ -326,7 +365,32 @@ class RemoteTransport(Transport):
         if type(answer) is not dict or answer.get("tenant") != self.tenant:
             raise IntegrityError("the blob server sent a malformed login answer")
         self.limits = _announced_limits(answer)
+        self.garbage_retention = _announced_retention(answer)
+        self._told_durability(_announced_durability(answer))
         self.server_id = server_id
+
+    def _told_durability(self, durability: dict[str, str] | None) -> None:
+        """Keep what the login said of the server's storage; warn (once per transport,
+        and again only if it changes) when a crash of it may lose acknowledged commits:
+        this client would then take the store for one rolled back (FreshnessError)."""
+        with self._pool_cond:
+            changed = durability != self._durability
+            self._durability = durability
+        if changed and durability is not None and durability["mode"] not in SAFE_ENOUGH:
+            logger.warning(
+                "the blob server at %s:%s may lose acknowledged commits in a crash of its "
+                "storage (durability %s: %s); this client would then refuse the store as "
+                "rolled back (FreshnessError) until its freshness floor is reset",
+                self.host,
+                self.port,
+                durability["mode"],
+                durability["detail"],
+            )
+
+    def durability(self) -> dict[str, str] | None:
+        """What the server's storage persists, as its last login said (see
+        ``Transport.durability``)."""
+        return self._durability
 
     def _drop(self, conn: _Connection | None = None) -> None:
         """Close a connection (the primary by default); it reconnects when next used."""
@@ -446,6 +510,8 @@ class RemoteTransport(Transport):
                     break
                 if conn is self._primary:  # a pooled connection never subscribes
                     self._pushed(frame)
+            if frame.request_id == protocol.PUSH_ID and not frame.ok:
+                raise _ClosedByServerError(*frame.result)
             if frame.request_id != rid:
                 self._drop(conn)
                 raise IntegrityError("the blob server answered out of order")
@@ -564,12 +630,12 @@ class RemoteTransport(Transport):
                 self._drop(conn)
                 if exc.sent and not idempotent:
                     raise StoreUnavailableError(
-                        "the connection to the blob server dropped during a write; its "
-                        "outcome is unknown"
+                        f"the connection to the blob server dropped during a write ({exc}); "
+                        f"its outcome is unknown: read before writing again; {RETRY_LATER}"
                     ) from None
                 if attempt:
                     raise StoreUnavailableError(
-                        f"the blob server connection failed: {exc}"
+                        f"the blob server connection failed: {exc}; {RETRY_LATER}"
                     ) from None
         raise AssertionError("unreachable")
 
@@ -813,6 +879,33 @@ def _announced_limits(answer: dict) -> RequestLimits:
     return request_limits(blobs, size)
 
 
+def _announced_durability(answer: dict) -> dict[str, str] | None:
+    """What a login answer says of the server's storage (None: it does not say); a
+    malformed one is refused (fail closed)."""
+    told = answer.get("durability")
+    if told is None:
+        return None
+    if (
+        type(told) is not dict
+        or set(told) != {"mode", "detail"}
+        or type(told["mode"]) is not str
+        or type(told["detail"]) is not str
+        or not 0 < len(told["mode"]) <= protocol.MAX_OP_LENGTH
+        or len(told["detail"]) > protocol.MAX_MESSAGE_LENGTH
+    ):
+        raise IntegrityError("the blob server announced a malformed durability")
+    return {"mode": told["mode"], "detail": told["detail"]}
+
+
+def _announced_retention(answer: dict) -> float:
+    """The garbage retention a login answer announces, or the default that servers which
+    announce none always used; a malformed one is refused (fail closed)."""
+    retention = answer.get("garbage_retention", DEFAULT_RETENTION_SECONDS)
+    if type(retention) not in (int, float) or not 0 <= retention < float("inf"):
+        raise IntegrityError("the blob server announced a malformed garbage retention")
+    return float(retention)
+
+
 def _windows(chunks: list[dict[bytes, bytes]]) -> list[list[dict[bytes, bytes]]]:
     """Group stage requests into windows of about ``STAGE_WINDOW_BYTES`` (at least one
     request each), sent back to back."""
@@ -837,8 +930,17 @@ def _write_error(code: object, message: object) -> Exception:
 
 
 def _error(code: object, message: object) -> Exception:
-    """Map an error answer to the exception a local store would have raised."""
+    """Map an error answer to the exception a local store would have raised. Outages and
+    limits of the moment are ``OperationalError`` subclasses saying "retry later"; only
+    a malformed answer (raised where it is read) is an ``IntegrityError``."""
     text = f"blob server: {message} ({code})"
+    if code == protocol.RATE_LIMITED:
+        return RateLimitedError(
+            f"{text}: the server refuses logins from this address for a minute after 10 "
+            f"failed ones; {RETRY_LATER}"
+        )
+    if code == protocol.BUSY:
+        return ServerBusyError(f"{text}: {RETRY_LATER}")
     if code in _AUTH_CODES:
         return AuthenticationError(text)
     if code == protocol.BLOB_EXISTS:
@@ -849,4 +951,6 @@ def _error(code: object, message: object) -> Exception:
         return QuotaExceededError(text)
     if code in (protocol.BAD_REQUEST, protocol.TOO_LARGE, protocol.UNKNOWN_OP):
         return InvalidRequestError(text)
-    return StoreUnavailableError(text)
+    # ``unavailable`` (the server's storage, e.g. Redis, is down), ``internal`` (the
+    # server failed; its log says why) and any code this client does not know.
+    return StoreUnavailableError(f"{text}; {RETRY_LATER}")
