@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from django.core.exceptions import FieldDoesNotExist
+from django.db import router, transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
@@ -68,6 +69,26 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # names clients use to ORM paths.
     query_fields: list[str] | Mapping[str, str] | None = None
     query_parser_class = QueryParser
+
+    # -- writes: one transaction each, a lost race answered 409 --------------------------
+
+    def create(self, request, *args, **kwargs):
+        with transaction.atomic(using=self.write_alias()):
+            return super().create(request, *args, **kwargs)
+
+    def update(self, request, *args, **kwargs):
+        """DRF's, in one transaction: the object read and the object saved are one
+        snapshot, so at "repeatable read" a concurrent change is a 409, not overwritten."""
+        with transaction.atomic(using=self.write_alias()):
+            return super().update(request, *args, **kwargs)
+
+    def destroy(self, request, *args, **kwargs):
+        with transaction.atomic(using=self.write_alias()):
+            return super().destroy(request, *args, **kwargs)
+
+    def write_alias(self) -> str:
+        """The database the model is written to (the router's choice)."""
+        return router.db_for_write(self.get_queryset().model)
 
     def handle_exception(self, exc: Exception) -> Response:
         """DRF's, with a write that met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]``

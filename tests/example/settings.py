@@ -27,7 +27,13 @@ DATABASES = {
     "encrypted": {
         "ENGINE": "django_zerodb",
         "NAME": "hr",
-        "OPTIONS": {"STORE": "memory://", "PASSPHRASE": "tests-only passphrase", "KDF": "fast"},
+        "OPTIONS": {
+            "STORE": "memory://",
+            "PASSPHRASE": "tests-only passphrase",
+            "KDF": "fast",
+            # As the project's own settings (hrsite/settings.py).
+            "ISOLATION_LEVEL": "repeatable read",
+        },
         "TEST": {"STORE": "memory://"},
     },
 }

@@ -11,7 +11,7 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.example.site_tests.conftest import db
+from tests.example.site_tests.conftest import DATABASES, db
 
 pytestmark = db
 
@@ -607,3 +607,44 @@ def test_search_values_that_cannot_match_a_field_are_skipped(admin_client, staff
         )
         paid = staff.employees[4]
         assert paid.pk in search(admin_client, str(paid.salary))
+
+
+@pytest.mark.django_db(databases=DATABASES, transaction=True)
+def test_a_change_that_loses_a_race_says_so(admin_client, staff):
+    """The example project runs at "repeatable read": a save that another connection's
+    commit overtakes is not saved, and the change page says why (no server error)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from django.db.models.signals import pre_save
+    from hr.models import Employee
+
+    assert connections["encrypted"].settings_dict["OPTIONS"]["ISOLATION_LEVEL"] == (
+        "repeatable read"
+    )
+    employee = staff.employees[2]
+    fired = []
+
+    def update_elsewhere():
+        try:
+            Employee.objects.filter(pk=employee.pk).update(salary=1)
+        finally:
+            connections.close_all()
+
+    def overtake(sender, instance, **kwargs):
+        if instance.pk == employee.pk and not fired:
+            fired.append(True)
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(update_elsewhere).result(timeout=60)
+
+    url = f"/admin/hr/employee/{employee.pk}/change/"
+    pre_save.connect(overtake, sender=Employee)
+    try:
+        response = admin_client.post(url, employee_form(employee, salary=123_456), follow=True)
+    finally:
+        pre_save.disconnect(overtake, sender=Employee)
+    assert fired and response.status_code == 200
+    assert response.redirect_chain == [(url, 302)]
+    assert "changed by someone else while you edited it" in response.content.decode()
+    employee.refresh_from_db()
+    assert employee.salary == 1
