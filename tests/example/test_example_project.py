@@ -89,6 +89,55 @@ def test_check_migrate_and_seed_in_a_copy(project):
     assert b"Engineering" not in raw
 
 
+INCREMENTER = """
+from django_zerodb.transaction import retry_on_conflict
+from hr.models import Employee
+
+@retry_on_conflict(using="encrypted", retries=500)
+def increment(pk):
+    row = Employee.objects.get(pk=pk)
+    row.salary += 1
+    row.save()
+
+for _ in range({saves}):
+    increment({pk})
+print("done")
+"""
+
+
+def test_processes_doing_get_and_save_on_one_row_lose_nothing(project):
+    """Six processes each get() + save() one row ten times, at the project's "repeatable
+    read" with the retry helper: every increment is counted (tests/core/test_isolation.py
+    and tests/django/test_transactions.py show the lost update at "read committed")."""
+    env = clean_env()
+    run("manage.py", "migrate", "--database", "encrypted", cwd=project, env=env)
+    run("manage.py", "seed_hr", "--employees", "3", "--seed", "1", cwd=project, env=env)
+    read = "from hr.models import Employee; e = Employee.objects.order_by('pk')[0]; "
+    shown = run(
+        "manage.py", "shell", "-c", read + "print('ROW', e.pk, e.salary)", cwd=project, env=env
+    )
+    pk, salary = map(int, re.search(r"ROW (\d+) (\d+)", shown).groups())
+    writers, saves = 6, 10
+    script = INCREMENTER.format(saves=saves, pk=pk)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "shell", "-c", script],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(writers)
+    ]
+    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outputs
+    final = run(
+        "manage.py", "shell", "-c", read + "print('ROW', e.pk, e.salary)", cwd=project, env=env
+    )
+    assert re.search(r"ROW (\d+) (\d+)", final).groups() == (str(pk), str(salary + writers * saves))
+
+
 def test_check_with_a_blob_server_url_needs_no_local_store(project):
     env = clean_env(ZERODB_URL="zerodb://127.0.0.1:9", ZERODB_PASSPHRASE="x", DJANGO_SECRET_KEY="y")
     out = run(
