@@ -54,17 +54,6 @@ class FreshnessError(ZeroDBError):
     different root for a sequence number already seen (fork)."""
 
 
-class ConflictError(ZeroDBError):
-    """A commit kept meeting concurrent commits and gave up after its retries."""
-
-
-class SerializationError(ConflictError):
-    """A concurrent commit changed what this transaction wrote (isolation level
-    "repeatable read") or read ("serializable") after its snapshot, so it may not be
-    replayed on the newer data: run the whole transaction again (``DB.transactional``
-    does, as PostgreSQL clients retry SQLSTATE 40001)."""
-
-
 class UniqueViolation(ZeroDBError):
     """A write would give two records the same value of a unique index."""
 
@@ -82,6 +71,19 @@ class OperationalError(ZeroDBError):
     """The store could not do it, for a reason outside the data: an outage, a limit, or
     a snapshot too old. Never a sign of tampering (that is ``IntegrityError``); the
     message says "retry later" or names the limit and the setting that changes it."""
+
+
+class ConflictError(OperationalError):
+    """A commit kept meeting concurrent commits and gave up after its retries (the
+    database is busy: retry later). Its subclass ``SerializationError`` is the refusal of
+    an isolation level."""
+
+
+class SerializationError(ConflictError):
+    """A concurrent commit changed what this transaction wrote (isolation level
+    "repeatable read") or read ("serializable") after its snapshot, so it may not be
+    replayed on the newer data: run the whole transaction again (``DB.transactional``
+    does, as PostgreSQL clients retry SQLSTATE 40001)."""
 
 
 class StoreUnavailableError(OperationalError):
