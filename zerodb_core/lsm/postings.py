@@ -173,12 +173,18 @@ class TextTree(TreeView):
             return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
         (blocks,) = yield from self.blocks_reader([term_key])
         weight = weight_for(sum(block[NET] for _, _, block in blocks))
-        newer = _NewerRuns(blocks)
+        newer = None  # made when a block of an older run comes up
         # Best bound first; among equal bounds, smaller keys first (ties rank by pk).
-        order = sorted(
-            (-weight(block[MAX_TF], block[MIN_DL]), key[block[TERM_LEN] :], n)
-            for n, (_, key, block) in enumerate(blocks)
-        )
+        # Blocks share few (largest tf, smallest length) pairs: each bound is worked out once.
+        bounds: dict[tuple[int, int], float] = {}
+        order = []
+        for n, (_, key, block) in enumerate(blocks):
+            shape = (block[MAX_TF], block[MIN_DL])
+            bound = bounds.get(shape)
+            if bound is None:
+                bound = bounds[shape] = -weight(*shape)
+            order.append((bound, key[block[TERM_LEN] :], n))
+        order.sort()
         best: list[tuple[float, Any]] = []  # a heap of the k best, worst first
         for neg_bound, first, n in order:
             if len(best) == k:
@@ -188,6 +194,8 @@ class TextTree(TreeView):
             age, _, block = blocks[n]
             pks, tags, dls, positions = block_postings(block)
             need = _least_tf(weight, block, best[0][0] if len(best) == k else None)
+            if age and newer is None:
+                newer = _NewerRuns(blocks)
             covered = age and newer.overlaps(first, block[LAST], age)
             for i, where in enumerate(positions):
                 if len(where) < need or tags[i] == DELETE:
@@ -484,7 +492,11 @@ class _NewerRuns:
 
     def __init__(self, blocks: list[tuple[int, bytes, list]]) -> None:
         self.by_age: dict[int, tuple[list[bytes], list[list]]] = {}
-        for age, key, block in sorted(blocks, key=lambda item: (item[0], item[1])):
+        # Blocks come run by run, each run's in key order (as blocks_reader reads them):
+        # sorted only if they do not.
+        if any(a > b for a, b in zip(blocks, islice(blocks, 1, None)) if a[0] == b[0]):
+            blocks = sorted(blocks, key=lambda item: (item[0], item[1]))
+        for age, key, block in blocks:
             keys, items = self.by_age.setdefault(age, ([], []))
             keys.append(key[block[TERM_LEN] :])
             items.append(block)
@@ -540,6 +552,9 @@ class _Desc:
         return self._encoded
 
     def __lt__(self, other: _Desc) -> bool:
+        mine, theirs = self.value, other.value
+        if type(mine) is int and type(theirs) is int:  # keys of ints order as the ints
+            return theirs < mine
         return other.key < self.key
 
     def __eq__(self, other: object) -> bool:
