@@ -3,7 +3,11 @@
 Django maps a driver's ``Error``, ``IntegrityError``, ``OperationalError`` ... to its own
 ``django.db`` exceptions by name (``DatabaseErrorWrapper``), so the backend raises these
 inside ``connection.wrap_database_errors`` and user code sees the usual Django classes.
-:func:`translated` turns the engine's errors into them at the boundary.
+Each class is also a subclass of its ``django.db`` twin, so an error raised where no
+wrapper is active (query setup, the schema editor, a plan described before it runs) still
+reaches user code as a ``django.db`` exception: ``except django.db.IntegrityError`` (which
+``get_or_create`` relies on) never misses one. :func:`translated` turns the engine's
+errors into them at the boundary, every one of them (``ZeroDBError`` is the catch-all).
 """
 
 from __future__ import annotations
@@ -16,43 +20,41 @@ import django.db.utils as django_errors
 import zerodb_core.exceptions as core
 
 
-class Error(Exception):
+class Error(django_errors.Error):
     """Base class of the backend's errors (DB-API ``Error``)."""
 
 
-class InterfaceError(Error):
+class InterfaceError(Error, django_errors.InterfaceError):
     pass
 
 
-class DatabaseError(Error):
+class DatabaseError(Error, django_errors.DatabaseError):
     pass
 
 
-class DataError(DatabaseError):
+class DataError(DatabaseError, django_errors.DataError):
+    """A value the operation cannot take (bad input to a cast, a domain error of a
+    function, an unknown time zone), as PostgreSQL's ``data_exception`` class."""
+
+
+class OperationalError(DatabaseError, django_errors.OperationalError):
     pass
 
 
-class OperationalError(DatabaseError):
+class IntegrityError(DatabaseError, django_errors.IntegrityError):
     pass
 
 
-class IntegrityError(DatabaseError):
+class InternalError(DatabaseError, django_errors.InternalError):
     pass
 
 
-class InternalError(DatabaseError):
-    pass
-
-
-class ProgrammingError(DatabaseError):
+class ProgrammingError(DatabaseError, django_errors.ProgrammingError):
     pass
 
 
 class NotSupportedError(DatabaseError, django_errors.NotSupportedError):
-    """Something the encrypted store cannot do; the message names the alternative.
-
-    Also a ``django.db.NotSupportedError`` itself: refusals raised outside a query (the
-    schema editor, introspection, query setup) reach user code as Django's class too."""
+    """Something the encrypted store cannot do; the message names the alternative."""
 
 
 class SerializationError(OperationalError):
@@ -83,3 +85,7 @@ def translated() -> Iterator[None]:
         raise DatabaseError(f"{type(exc).__name__}: {exc}") from exc
     except core.QueryError as exc:
         raise ProgrammingError(str(exc)) from exc
+    except core.QuotaExceededError as exc:
+        raise OperationalError(str(exc)) from exc
+    except core.ZeroDBError as exc:  # anything else of the engine: never a bare class
+        raise DatabaseError(f"{type(exc).__name__}: {exc}") from exc
