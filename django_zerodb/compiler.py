@@ -19,6 +19,7 @@ from django.db.models.sql import compiler
 from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
 from django.db.transaction import TransactionManagementError
 
+from django_zerodb.casts import assigned
 from django_zerodb.evaluate import Evaluator
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery
@@ -152,7 +153,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
             value = field.db_default
         value = self.prepare_value(field, value)
         if _is_expr(value):
-            value = ev.value(value, {})
+            value = assigned(field, ev.value(value, {}))
             if value is not None and not _is_expr(value):
                 value = field.get_db_prep_save(value, connection=self.connection)
         return value
@@ -187,7 +188,9 @@ class UpdateWhere(WriteOp):
             new = dict(record)
             row = {select.base_alias: record}
             for field, value in self.values:
-                new[field.column] = select.ev.value(value, row) if _is_expr(value) else value
+                if _is_expr(value):
+                    value = assigned(field, select.ev.value(value, row))
+                new[field.column] = value
             check_not_null(select.table, [f for f, _ in self.values], new)
             changed.append((pk, new))
         txn.writable_table(select.table).put_many(changed)

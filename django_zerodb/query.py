@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import functools
 import re
-import statistics
 from collections import defaultdict
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
+from django.db.models import Aggregate, Count
+from django.db.models.expressions import Col, Star
+from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
@@ -29,20 +31,21 @@ from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
     Evaluator,
-    _Order,
     exported,
-    hashable,
+    outer_references,
     sortable,
 )
 from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.translate import (
     Never,
     aliases_of,
-    columns_of,
     combine,
     conjuncts,
     pushdown,
 )
+from django_zerodb.values import Order as _Order
+from django_zerodb.values import hashable
 from zerodb_core.encoding import encode_key
 from zerodb_core.query.executor import Executor
 from zerodb_core.query.operators import And, Any_, Eq, Expr
@@ -325,7 +328,7 @@ class SelectQuery:
         keys = []
         for order in self.order_by:
             expr = order.expression
-            if type(expr).__name__ != "Col" or expr.alias != self.base_alias:
+            if not isinstance(expr, Col) or expr.alias != self.base_alias:
                 return None
             if order.nulls_first or order.nulls_last:
                 return None
@@ -408,11 +411,13 @@ class SelectQuery:
         return out
 
     def _aggregate(self, agg: Any, rows: list[dict]) -> Any:
+        """One aggregate over a group: its non-NULL values (after ``filter=`` and
+        ``distinct=``) handed to the implementation registered for its class."""
+        compute = AGGREGATE_FUNCTIONS.find(type(agg))
         if agg.filter is not None:
             rows = [r for r in rows if self.ev.truth(agg.filter, r) is True]
         source = agg.source_expressions[0]
-        name = type(agg).__name__
-        if type(source).__name__ == "Star":
+        if isinstance(source, Star):
             values = [1] * len(rows)
         else:
             values = [self.ev.value(source, r) for r in rows]
@@ -422,34 +427,7 @@ class SelectQuery:
             for v in values:
                 seen.setdefault(_hashable(v), v)
             values = list(seen.values())
-        if name == "Count":
-            return len(values)
-        if not values:
-            return None
-        if name == "Sum":
-            return sum(values)
-        if name == "Avg":
-            total = sum(values)
-            return total / len(values)
-        if name == "Min":
-            return min(values, key=_Order)
-        if name == "Max":
-            return max(values, key=_Order)
-        if name in ("StdDev", "Variance"):
-            if len(values) < 2 and agg.function.endswith("SAMP"):
-                return None
-            sample = agg.function.endswith("SAMP")
-            fn = {
-                ("StdDev", True): statistics.stdev,
-                ("StdDev", False): statistics.pstdev,
-                ("Variance", True): statistics.variance,
-                ("Variance", False): statistics.pvariance,
-            }[(name, sample)]
-            return fn([float(v) for v in values])
-        raise NotSupportedError(
-            f"the aggregate {name} is not supported by the encrypted database; use Count, "
-            "Sum, Avg, Min, Max, StdDev or Variance"
-        )
+        return compute(agg, values)
 
     def _annotations(self, row: dict) -> dict:
         out = {}
@@ -518,7 +496,7 @@ class SelectQuery:
                 kept.append(child)
         if children is not None:
             where.children = kept
-        if any(alias not in inner.alias_map for alias, _ in columns_of(inner.where)):
+        if outer_references(inner):
             raise NotSupportedError(
                 "this correlated subquery (OuterRef) is not supported by the encrypted "
                 "database: only OuterRef equalities (field=OuterRef('pk')) can be used; "
@@ -592,7 +570,7 @@ def _pk_columns() -> dict[str, str]:
 def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
     """An integer comparison that Django itself knows can match nothing (a value
     outside the field's range): Django's own lookup says so by raising EmptyResultSet."""
-    if not any(k.__name__ == "IntegerFieldOverflow" for k in type(term).__mro__):
+    if not isinstance(term, IntegerFieldOverflow):
         return False
     try:
         term.process_rhs(compiler, connection)
@@ -666,7 +644,7 @@ def _correlation(node: Any, inner_aliases: dict) -> tuple[Any, Any] | None:
     if getattr(node, "lookup_name", None) != "exact" or isinstance(node, type):
         return None
     lhs, rhs = node.lhs, node.rhs
-    if type(lhs).__name__ != "Col" or type(rhs).__name__ != "Col":
+    if not isinstance(lhs, Col) or not isinstance(rhs, Col):
         return None
     if lhs.alias in inner_aliases and rhs.alias not in inner_aliases:
         return lhs, rhs
@@ -735,7 +713,7 @@ def _collect_aggregates(expr: Any, out: list) -> None:
 
 
 def _is_aggregate(expr: Any) -> bool:
-    return any(k.__name__ == "Aggregate" for k in type(expr).__mro__)
+    return isinstance(expr, Aggregate)
 
 
 def _aggregates(compiler: Any, having: Any, order_by: list) -> list:
@@ -756,9 +734,8 @@ def _is_plain_count(compiler: Any, query: Any) -> bool:
     if query.group_by is not None or not compiler.select:
         return False
     for expr, _, _ in compiler.select:
-        if type(expr).__name__ != "Count" or expr.distinct or expr.filter is not None:
+        if type(expr) is not Count or expr.distinct or expr.filter is not None:
             return False
-        source = expr.source_expressions[0]
-        if type(source).__name__ != "Star":
+        if not isinstance(expr.source_expressions[0], Star):
             return False
     return True
