@@ -20,6 +20,7 @@ from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT,
 from django.db.transaction import TransactionManagementError
 
 from django_zerodb.casts import assigned
+from django_zerodb.constraints import check_not_null, check_record_writes
 from django_zerodb.evaluate import Evaluator
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery
@@ -69,7 +70,9 @@ class SQLCompiler(compiler.SQLCompiler):
                 "select_for_update cannot be used outside of a transaction."
             )
         select = self.select_query()
-        if select.trivially_empty():
+        if select.trivially_empty() and self.elide_empty:
+            # Django asks to run it anyway (elide_empty=False) when an aggregate over
+            # no rows has a value only the query knows: aggregate(n=Count("id") + 1).
             rows = []
         else:
             with _Logged(self, select.describe()):
@@ -109,9 +112,9 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
         rows = [
             {f.column: self._stored_value(ev, f, obj) for f in fields} for obj in self.query.objs
         ]
-        for record in rows:
-            check_not_null(table, fields, record)
         with _Logged(self, f"INSERT {len(rows)} INTO {table}"):
+            for record in rows:
+                check_not_null(table, fields, record)
             session = self.connection.session
             fresh: list = []
             if pk.column not in (fields and [f.column for f in fields]):
@@ -126,6 +129,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                         f"NOT NULL constraint failed: {table}.{pk.column} (only integer auto "
                         "fields are allocated by the store; give other primary keys a value)"
                     )
+            check_record_writes(self.query.model, ev, fields, rows)
             with session.writing() as txn:
                 txn.apply(
                     PutRecords(
@@ -159,13 +163,6 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
         return value
 
 
-def check_not_null(table: str, fields: Any, record: dict) -> None:
-    """Refuse NULL in a column declared ``null=False`` (the store has no NOT NULL)."""
-    for field in fields:
-        if not field.null and record.get(field.column) is None and not field.primary_key:
-            raise IntegrityError(f"NOT NULL constraint failed: {table}.{field.column}")
-
-
 def _no_subquery(query: Any) -> Any:
     raise NotSupportedError("subqueries are not supported as values of an INSERT")
 
@@ -191,8 +188,9 @@ class UpdateWhere(WriteOp):
                 if _is_expr(value):
                     value = assigned(field, select.ev.value(value, row))
                 new[field.column] = value
-            check_not_null(select.table, [f for f, _ in self.values], new)
             changed.append((pk, new))
+        fields = [f for f, _ in self.values]
+        check_record_writes(select.query.model, select.ev, fields, [r for _, r in changed])
         txn.writable_table(select.table).put_many(changed)
         return len(changed)
 

@@ -64,8 +64,10 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_comments_inline = False
     supports_stored_generated_columns = False
     supports_virtual_generated_columns = False
-    supports_table_check_constraints = False
-    supports_column_check_constraints = False
+    # Checked by the backend on every write (constraints.py), as SQLite's CHECK clauses.
+    supports_table_check_constraints = True
+    supports_column_check_constraints = True
+    can_introspect_check_constraints = False
     supports_expression_indexes = False
     supports_partial_indexes = False
     supports_covering_indexes = False

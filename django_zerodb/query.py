@@ -82,9 +82,15 @@ class SelectQuery:
         self.inner = inner
         self._view = view
         self.ev = Evaluator(self.connection, self._subquery, self._decorrelate)
-        self.base_alias = _base_alias(self.query)
-        self.table = self.query.alias_map[self.base_alias].table_name
-        self.pk_column = _pk_columns().get(self.table, self.query.get_meta().pk.column)
+        # ``Q(...).check(values)`` (model validation of check constraints) runs a SELECT
+        # of values without any table: ``Query(None)``.
+        self.tableless = self.query.model is None and not self.query.alias_map
+        if self.tableless:
+            self.base_alias, self.table, self.pk_column = None, None, None
+        else:
+            self.base_alias = _base_alias(self.query)
+            self.table = self.query.alias_map[self.base_alias].table_name
+            self.pk_column = _pk_columns().get(self.table, self.query.get_meta().pk.column)
         self._setup_done = False
 
     # -- setup -----------------------------------------------------------------------------
@@ -269,6 +275,8 @@ class SelectQuery:
     def rows(self, limit: int | None = None) -> list[list[Any]]:
         if self.inner is not None:
             return self._outer_aggregate()
+        if self.tableless:
+            return self._tableless_rows()
         self._plan()
         q = self.query
         low, high = q.low_mark, q.high_mark
@@ -308,6 +316,16 @@ class SelectQuery:
         if q.distinct:
             projected = _distinct(projected)
         return projected[low:] if high is None else projected[low:high]
+
+    def _tableless_rows(self) -> list[list[Any]]:
+        """``SELECT <values> WHERE <condition>`` without a table: one row, if the
+        condition is true of it (the values are annotations, read through ``Ref``)."""
+        self._setup()
+        row: dict = {}
+        if self.where is not None and self.ev.truth(self.where, row) is not True:
+            return []
+        row[ANNOTATIONS] = self._annotations(row)
+        return [self._project(row)]
 
     def _lock(self, base: list) -> None:
         if self.query.select_for_update and base:
@@ -405,7 +423,8 @@ class SelectQuery:
                 groups[tuple(_hashable(self.ev.value(k, row)) for k in keys)].append(row)
         out = []
         for members in groups.values():
-            first = dict(members[0]) if members else {}
+            # No rows at all: SQL still answers one row, every column of it NULL.
+            first = dict(members[0]) if members else dict.fromkeys(self.query.alias_map)
             first[AGGREGATES] = {id(a): self._aggregate(a, members) for a in aggregates}
             out.append(first)
         return out
@@ -519,6 +538,8 @@ class SelectQuery:
 
     def describe(self, verb: str = "SELECT") -> str:
         """The plan in one line: ``SELECT FROM t WHERE <engine expression> ...``."""
+        if self.tableless:
+            return f"{verb} VALUES"
         try:
             self._plan()
         except NotSupportedError:
