@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 import math
 import re
 import uuid
@@ -49,6 +50,8 @@ def convert(value: Any, source_type: str | None, target: Any) -> Any:
     if target_type in ("ForeignKey", "OneToOneField"):
         target = _key_field(target)
         target_type = target.get_internal_type()
+    if target_type == "JSONField" and source_type != "JSONField" and isinstance(value, str):
+        return to_json(value)
     # Stored as integers (durations) and text (JSON): only a cast to the same type keeps
     # their meaning here.
     for special in ("DurationField", "JSONField"):
@@ -207,6 +210,16 @@ def to_time(value: Any, field: Any) -> datetime.time:
     if isinstance(value, datetime.time):
         return value
     raise _refused(value, "TimeField", "SQL databases read it differently")
+
+
+def to_json(value: str) -> str:
+    """Text read as JSON (PostgreSQL's ``text::jsonb``): kept as the JSON text it is,
+    which is how JSON is stored here; text that is not JSON is a DataError."""
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise DataError(f"invalid input syntax for type json: {value!r}") from exc
+    return value
 
 
 def to_uuid(value: Any, field: Any) -> uuid.UUID:

@@ -100,8 +100,8 @@ def _function(fn: Callable[..., Any], strict: bool) -> Callable[..., Any]:
     return handler
 
 
-def _aggregate(fn: Callable[[list], Any], strict: bool) -> Callable[[Any, list], Any]:
-    def compute(agg: Any, values: list) -> Any:
+def _aggregate(fn: Callable[[list], Any], strict: bool) -> Callable[[Any, list, Any], Any]:
+    def compute(agg: Any, values: list, ev: Any) -> Any:
         if strict and not values:
             return None
         return fn(values)

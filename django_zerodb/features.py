@@ -52,6 +52,8 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_over_clause = False
     supports_frame_range_fixed_distance = False
     supports_aggregate_filter_clause = True
+    # StringAgg(..., order_by=...): the group's rows are sorted first (query.py).
+    supports_aggregate_order_by_clause = True
     supports_subqueries_in_group_by = False
     supports_select_for_update_with_limit = True
     has_select_for_update = True

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db.models import Aggregate, Count
-from django.db.models.expressions import Col, Star
+from django.db.models.expressions import Col, OrderBy, Star
 from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
@@ -435,6 +435,12 @@ class SelectQuery:
         compute = AGGREGATE_FUNCTIONS.find(type(agg))
         if agg.filter is not None:
             rows = [r for r in rows if self.ev.truth(agg.filter, r) is True]
+        if getattr(agg, "order_by", None) is not None:  # StringAgg(..., order_by=...)
+            orders = [
+                o if isinstance(o, OrderBy) else OrderBy(o)
+                for o in agg.order_by.get_source_expressions()
+            ]
+            rows = self._sorted(rows, orders)
         source = agg.source_expressions[0]
         if isinstance(source, Star):
             values = [1] * len(rows)
@@ -446,7 +452,7 @@ class SelectQuery:
             for v in values:
                 seen.setdefault(_hashable(v), v)
             values = list(seen.values())
-        return compute(agg, values)
+        return compute(agg, values, self.ev)
 
     def _annotations(self, row: dict) -> dict:
         out = {}
@@ -454,8 +460,8 @@ class SelectQuery:
             out[name] = self.ev.value(expr, row)
         return out
 
-    def _sorted(self, rows: list[dict]) -> list[dict]:
-        for order in reversed(self.order_by):
+    def _sorted(self, rows: list[dict], order_by: list | None = None) -> list[dict]:
+        for order in reversed(self.order_by if order_by is None else order_by):
             expr = order.expression
             values = [sortable(self.ev.value(expr, r)) for r in rows]
             nulls_first = (

@@ -158,5 +158,6 @@ Handler = Callable[..., Any]
 VALUES = Registry(through_django=False, attributes=SQL_ATTRIBUTES)
 # Lookups: the builtin lookup's name (``"exact"``...) or a user's ``Lookup`` handler.
 LOOKUPS = Registry(through_django=True, attributes=LOOKUP_SQL_ATTRIBUTES)
-# Aggregates: ``compute(aggregate, values) -> value`` over a group's non-NULL values.
+# Aggregates: ``compute(aggregate, values, evaluator) -> value`` over a group's non-NULL
+# values.
 AGGREGATES = Registry(through_django=False, attributes=SQL_ATTRIBUTES)
