@@ -136,7 +136,17 @@ def lookup_kind(lookup: Any) -> str | UserLookup:
     """What a lookup means: the name of the builtin lookup its class derives from
     (``"exact"`` for ``IntegerFieldExact``...), or the user's registered implementation.
     NotSupportedError for any other lookup class."""
-    return LOOKUPS.find(type(lookup))
+    kind = LOOKUPS.find(type(lookup))
+    if isinstance(kind, Refused):
+        raise NotSupportedError(kind.message)
+    return kind
+
+
+class Refused:
+    """A lookup refused with the words Django itself uses for it."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 class Evaluator:
@@ -712,6 +722,16 @@ def _register_lookups() -> None:
         Search,
     ):
         LOOKUPS.add(klass, klass.lookup_name)
+    # JSON containment (supports_json_field_contains = False), in Django's words.
+    for klass in (json_lookups.DataContains, json_lookups.ContainedBy):
+        LOOKUPS.add(
+            klass,
+            Refused(
+                f"{klass.lookup_name} lookup is not supported on this database backend. "
+                "The encrypted database stores JSON as text: compare keys "
+                "(value__key=...) instead"
+            ),
+        )
 
 
 _register_lookups()

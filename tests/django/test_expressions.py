@@ -204,3 +204,12 @@ def test_register_an_aggregate(hr, registered):
 def test_register_takes_expression_classes_only():
     with pytest.raises(TypeError):
         expressions.register(int)
+
+
+def test_json_containment_is_refused_in_djangos_words(hr):
+    from tests.django.testapp.models import Booking
+
+    for lookup in ("contains", "contained_by"):
+        message = f"{lookup} lookup is not supported on this database backend"
+        with pytest.raises(NotSupportedError, match=message):
+            list(Booking.objects.filter(**{f"extra__{lookup}": {"a": 1}}))
