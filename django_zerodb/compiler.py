@@ -21,7 +21,7 @@ from django.db.transaction import TransactionManagementError
 
 from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
-from django_zerodb.evaluate import Evaluator
+from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
@@ -233,7 +233,9 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                         f"Tried to update field {field} with a model instance, {val!r}. "
                         f"Use a value compatible with {field.__class__.__name__}."
                     )
-            if not _is_expr(val):
+            if _is_expr(val):
+                check_supported(val)  # refused even when no row matches
+            else:
                 val = field.get_db_prep_save(val, connection=self.connection)
             values.append((field, val))
         count = 0

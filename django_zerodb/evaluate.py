@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Aggregate, Lookup, Q
-from django.db.models.aggregates import AggregateFilter
+from django.db.models.aggregates import AggregateFilter, AggregateOrderBy
 from django.db.models.expressions import (
     Case,
     Col,
@@ -32,10 +32,12 @@ from django.db.models.expressions import (
     ExpressionWrapper,
     JSONNull,
     NegatedExpression,
+    OrderBy,
     OuterRef,
     RawSQL,
     Ref,
     ResolvedOuterRef,
+    Star,
     Subquery,
     Value,
     When,
@@ -48,6 +50,7 @@ from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, Wh
 from django_zerodb import aggregates, casts, functions, temporal  # noqa: F401  (they register)
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.expressions import UserLookup
+from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.registry import LOOKUPS, SQL_ATTRIBUTES, VALUES, unsupported
 from django_zerodb.values import (
     Order,
@@ -67,6 +70,7 @@ __all__ = [
     "ANNOTATIONS",
     "Evaluator",
     "Order",
+    "check_supported",
     "compare",
     "exported",
     "hashable",
@@ -140,6 +144,41 @@ def lookup_kind(lookup: Any) -> str | UserLookup:
     if isinstance(kind, Refused):
         raise NotSupportedError(kind.message)
     return kind
+
+
+def check_supported(node: Any) -> None:
+    """Refuse now what evaluating ``node`` would refuse on the first row: a query is
+    refused when it is built, whether or not any row reaches the expression (an empty
+    table, a CASE branch no row takes). Subqueries are checked when they run."""
+    if node is None or isinstance(node, NothingNode | Star | str | int | float | bool):
+        return
+    if isinstance(node, WhereNode):
+        for child in node.children:
+            check_supported(child)
+        return
+    if isinstance(node, Subquery | Query):
+        return
+    if isinstance(node, Lookup):
+        lookup_kind(node)
+        check_supported(node.lhs)
+        rhs = node.rhs
+        for item in rhs if isinstance(rhs, list | tuple) else [rhs]:
+            if hasattr(item, "resolve_expression") or isinstance(item, WhereNode):
+                check_supported(item)
+        return
+    if isinstance(node, Aggregate):
+        AGGREGATE_FUNCTIONS.find(type(node))
+    elif isinstance(node, OrderBy | AggregateOrderBy):
+        pass  # sorting, not a value: its expressions are checked below
+    elif hasattr(node, "resolve_expression"):
+        VALUES.find(type(node))
+        extra = getattr(node, "extra", None)
+        if extra and not SQL_ATTRIBUTES.isdisjoint(extra):
+            raise unsupported(type(node))
+    else:
+        return
+    for child in node.get_source_expressions():
+        check_supported(child)
 
 
 class Refused:

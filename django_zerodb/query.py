@@ -31,6 +31,7 @@ from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
     Evaluator,
+    check_supported,
     exported,
     outer_references,
     sortable,
@@ -131,6 +132,8 @@ class SelectQuery:
         if c._meta_ordering and self.query.group_by is not None:
             order_by = []  # as Django does: Meta.ordering never applies to a GROUP BY
         self.order_by = [expr for expr, _ in order_by]
+        for expr in (self.where, self.having, *self.order_by, *(e for e, _, _ in c.select)):
+            check_supported(expr)
 
     def trivially_empty(self) -> bool:
         """True when the WHERE clause can match nothing whatever the data (``none()``,

@@ -213,3 +213,14 @@ def test_json_containment_is_refused_in_djangos_words(hr):
         message = f"{lookup} lookup is not supported on this database backend"
         with pytest.raises(NotSupportedError, match=message):
             list(Booking.objects.filter(**{f"extra__{lookup}": {"a": 1}}))
+
+
+def test_refused_when_built_even_if_no_row_reaches_it(hr):
+    nobody = Employee.objects.filter(pk=-1)
+    refused("Exp", lambda: nobody.annotate(x=Exp("salary")))
+    refused("Exp", lambda: nobody.filter(salary__gt=Exp("salary")))
+    refused("NowTomorrow", lambda: Employee.objects.order_by(NowTomorrow()))
+    with pytest.raises(NotSupportedError, match="Exp"):
+        nobody.update(salary=Exp("salary"))
+    with pytest.raises(NotSupportedError, match="Product"):
+        nobody.aggregate(p=Product("salary"))
