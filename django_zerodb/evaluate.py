@@ -51,7 +51,7 @@ from django_zerodb import aggregates, casts, functions, temporal  # noqa: F401  
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.expressions import UserLookup
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
-from django_zerodb.registry import LOOKUPS, SQL_ATTRIBUTES, VALUES, unsupported
+from django_zerodb.registry import LOOKUPS, VALUES, own_sql, unsupported
 from django_zerodb.values import (
     Order,
     and3,
@@ -172,11 +172,10 @@ def check_supported(node: Any) -> None:
         pass  # sorting, not a value: its expressions are checked below
     elif hasattr(node, "resolve_expression"):
         VALUES.find(type(node))
-        extra = getattr(node, "extra", None)
-        if extra and not SQL_ATTRIBUTES.isdisjoint(extra):
-            raise unsupported(type(node))
     else:
         return
+    if own_sql(node):
+        raise unsupported(type(node))
     for child in node.get_source_expressions():
         check_supported(child)
 
@@ -334,9 +333,7 @@ class Evaluator:
         if isinstance(expr, Lookup):  # a lookup used as a value: annotate(x=GreaterThan(...))
             return self.lookup_truth(expr, row)
         handler = VALUES.find(type(expr))
-        extra = getattr(expr, "extra", None)
-        if extra and not SQL_ATTRIBUTES.isdisjoint(extra):
-            # Func(..., function="...", template="..."): the instance carries its own SQL.
+        if own_sql(expr):
             raise unsupported(type(expr))
         return handler(self, expr, row)
 

@@ -38,6 +38,7 @@ from django_zerodb.evaluate import (
 )
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
+from django_zerodb.registry import own_sql, unsupported
 from django_zerodb.translate import (
     Never,
     aliases_of,
@@ -436,6 +437,8 @@ class SelectQuery:
         """One aggregate over a group: its non-NULL values (after ``filter=`` and
         ``distinct=``) handed to the implementation registered for its class."""
         compute = AGGREGATE_FUNCTIONS.find(type(agg))
+        if own_sql(agg):  # Sum("x", function="MAX"): not a Sum any more
+            raise unsupported(type(agg))
         if agg.filter is not None:
             rows = [r for r in rows if self.ev.truth(agg.filter, r) is True]
         if getattr(agg, "order_by", None) is not None:  # StringAgg(..., order_by=...)

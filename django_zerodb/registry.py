@@ -46,9 +46,16 @@ def is_django_class(klass: type) -> bool:
 def sql_override(klass: type, attributes: frozenset[str]) -> str | None:
     """The first attribute ``klass`` itself defines that changes its SQL, if any."""
     for name in vars(klass):
-        if name in attributes or (name.startswith("as_") and name != "as_sql_template"):
+        if name in attributes or name.startswith("as_"):
             return name
     return None
+
+
+def own_sql(expression: object) -> bool:
+    """An instance given its own SQL: ``Func(F("x"), function="UPPER")``,
+    ``Sum("x", template=...)`` (Func keeps such keywords in ``extra``)."""
+    extra = getattr(expression, "extra", None)
+    return bool(extra) and not SQL_ATTRIBUTES.isdisjoint(extra)
 
 
 def kind_of(klass: type) -> str:

@@ -224,3 +224,8 @@ def test_refused_when_built_even_if_no_row_reaches_it(hr):
         nobody.update(salary=Exp("salary"))
     with pytest.raises(NotSupportedError, match="Product"):
         nobody.aggregate(p=Product("salary"))
+
+
+def test_an_aggregate_with_its_own_sql_is_refused(hr):
+    with pytest.raises(NotSupportedError, match="Sum"):
+        Employee.objects.aggregate(s=Sum("salary", function="MAX"))
