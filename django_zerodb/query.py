@@ -556,6 +556,8 @@ class SelectQuery:
             self._plan()
         except NotSupportedError:
             return f"{verb} FROM {self.table} (not supported)"
+        except Exception:  # raised again, translated, when the query runs
+            return f"{verb} FROM {self.table} (no plan)"
         parts = [f"{verb} FROM {self.table}"]
         base = combine(self.restrict[self.base_alias])
         if base is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -119,5 +120,5 @@ def computing(what: str) -> Iterator[None]:
             f"{what} is not supported by the encrypted database on these values ({exc}): "
             "cast the operands to one type (Cast, output_field), or compute it in Python"
         ) from exc
-    except (ArithmeticError, ValueError, LookupError) as exc:
+    except (ArithmeticError, ValueError, LookupError, re.error) as exc:
         raise DataError(f"{what}: {exc}") from exc

@@ -265,3 +265,12 @@ def test_backend_errors_are_djangos_classes():
         assert issubclass(getattr(backend, name), getattr(django_errors, name)), name
     for name in ("ProgrammingError", "NotSupportedError", "DatabaseError", "InterfaceError"):
         assert issubclass(getattr(backend, name), getattr(django_errors, name)), name
+
+
+@db
+@BOTH_STORES
+def test_an_invalid_regex_is_a_data_error(some):
+    from django.db import DataError
+
+    with pytest.raises(DataError, match="regex"):
+        list(Employee.objects.filter(first_name__regex="(unclosed"))
