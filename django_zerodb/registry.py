@@ -20,7 +20,6 @@ exactly: a new Django function is refused until this backend implements it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Aggregate, Func, Lookup, Transform
@@ -90,16 +89,6 @@ class Registry:
         self._entries.pop(klass, None)
         self._django_cache.clear()
 
-    def __contains__(self, klass: type) -> bool:
-        return klass in self._entries
-
-    def get(self, klass: type) -> Any:
-        """The entry for ``klass`` or None (the walk's refusals become None)."""
-        try:
-            return self.find(klass)
-        except NotSupportedError:
-            return None
-
     def find(self, klass: type) -> Any:
         """The entry that evaluates instances of ``klass``; NotSupportedError naming it
         when there is none, or when ``klass`` may mean something else than the entry."""
@@ -158,8 +147,6 @@ def unsupported(
         f"{HOOK}({name}) (see docs/expressions.md)"
     )
 
-
-Handler = Callable[..., Any]
 
 # Values of expressions: ``handler(evaluator, expression, row) -> value``.
 VALUES = Registry(through_django=False, attributes=SQL_ATTRIBUTES)
