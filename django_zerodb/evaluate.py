@@ -3,33 +3,81 @@
 A *row* maps each table alias of a query to its record (a dict of column -> value, the
 primary key included) or to None (an outer join that found nothing). Conditions use SQL's
 three-valued logic: a comparison with NULL is *unknown* (None), ``NOT unknown`` is
-unknown, and a row passes a WHERE clause only when it is True. Expressions dispatch on
-their class name (and lookups on ``lookup_name``, as django-mongodb-backend does), never
-on SQL text; anything unknown raises ``NotSupportedError`` naming what to do instead.
+unknown, and a row passes a WHERE clause only when it is True.
+
+Fail closed: expressions, functions, transforms and aggregates are dispatched on their
+real classes, lookups on the builtin lookup they derive from (``registry.py``); anything
+this backend does not implement exactly (a class it does not know, a subclass that
+changes its SQL, a column of an enclosing query) raises ``NotSupportedError`` naming it
+and the way out (``django_zerodb.expressions.register``). Never SQL text.
 """
 
 from __future__ import annotations
 
-import datetime
 import decimal
-import hashlib
 import json
-import math
-import random
 import re
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Q
-from django.db.models.sql.where import AND, OR, XOR, NothingNode, WhereNode
-from django.utils import timezone
-from django.utils.duration import duration_microseconds
+from django.db.models import Aggregate, Lookup, Q
+from django.db.models.aggregates import AggregateFilter, AggregateOrderBy
+from django.db.models.expressions import (
+    Case,
+    Col,
+    ColPairs,
+    CombinedExpression,
+    Exists,
+    ExpressionList,
+    ExpressionWrapper,
+    JSONNull,
+    NegatedExpression,
+    OrderBy,
+    OuterRef,
+    RawSQL,
+    Ref,
+    ResolvedOuterRef,
+    Star,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.sql.compiler import PositionRef
+from django.db.models.sql.query import Query
+from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, WhereNode
 
+from django_zerodb import aggregates, casts, functions, temporal  # noqa: F401  (they register)
 from django_zerodb.exceptions import NotSupportedError
-from zerodb_core.encoding import encode_key
-from zerodb_core.exceptions import QueryError
+from django_zerodb.expressions import UserLookup
+from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
+from django_zerodb.registry import LOOKUPS, VALUES, own_sql, unsupported
+from django_zerodb.values import (
+    Order,
+    and3,
+    compare,
+    computing,
+    hashable,
+    not3,
+    or3,
+    text,
+    xor3,
+)
 from zerodb_core.query.operators import Contains
+
+__all__ = [
+    "AGGREGATES",
+    "ANNOTATIONS",
+    "Evaluator",
+    "Order",
+    "check_supported",
+    "compare",
+    "exported",
+    "hashable",
+    "lookup_kind",
+    "lookup_test",
+    "sortable",
+]
 
 Row = dict[str, Any]
 
@@ -39,41 +87,22 @@ AGGREGATES = "__aggregates__"
 ANNOTATIONS = "__annotations__"
 
 
-def compare(a: Any, b: Any) -> int:
-    """-1, 0 or 1, ordering values as the engine's indexes do (numbers by value, then
-    strings, ...), so a filter checked in Python agrees with an index scan."""
-    try:
-        if a == b:
-            return 0
-        return -1 if a < b else 1
-    except TypeError:
-        try:
-            ka, kb = encode_key(a), encode_key(b)
-        except QueryError:  # values with no key order (JSON lists, dicts): by type, text
-            ka, kb = (type(a).__name__, repr(a)), (type(b).__name__, repr(b))
-        return (ka > kb) - (ka < kb)
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else str(value)
-
-
 LOOKUP_TESTS: dict[str, Callable[[Any, Any], bool]] = {
     "exact": lambda a, b: compare(a, b) == 0,
-    "iexact": lambda a, b: _text(a).lower() == _text(b).lower(),
+    "iexact": lambda a, b: text(a).lower() == text(b).lower(),
     "gt": lambda a, b: compare(a, b) > 0,
     "gte": lambda a, b: compare(a, b) >= 0,
     "lt": lambda a, b: compare(a, b) < 0,
     "lte": lambda a, b: compare(a, b) <= 0,
-    "contains": lambda a, b: _text(b) in _text(a),
-    "icontains": lambda a, b: _text(b).lower() in _text(a).lower(),
-    "startswith": lambda a, b: _text(a).startswith(_text(b)),
-    "istartswith": lambda a, b: _text(a).lower().startswith(_text(b).lower()),
-    "endswith": lambda a, b: _text(a).endswith(_text(b)),
-    "iendswith": lambda a, b: _text(a).lower().endswith(_text(b).lower()),
-    "regex": lambda a, b: re.search(_text(b), _text(a)) is not None,
-    "iregex": lambda a, b: re.search(_text(b), _text(a), re.IGNORECASE) is not None,
-    "search": lambda a, b: Contains("", _text(b)).test(a),
+    "contains": lambda a, b: text(b) in text(a),
+    "icontains": lambda a, b: text(b).lower() in text(a).lower(),
+    "startswith": lambda a, b: text(a).startswith(text(b)),
+    "istartswith": lambda a, b: text(a).lower().startswith(text(b).lower()),
+    "endswith": lambda a, b: text(a).endswith(text(b)),
+    "iendswith": lambda a, b: text(a).lower().endswith(text(b).lower()),
+    "regex": lambda a, b: re.search(text(b), text(a)) is not None,
+    "iregex": lambda a, b: re.search(text(b), text(a), re.IGNORECASE) is not None,
+    "search": lambda a, b: Contains("", text(b)).test(a),
 }
 
 
@@ -103,31 +132,59 @@ def lookup_test(name: str, lhs: Any, rhs: Any) -> bool | None:
         )
     if rhs is None:
         return None
-    return test(lhs, rhs)
+    with computing(f"the lookup {name!r}"):
+        return test(lhs, rhs)
 
 
-def and3(values) -> bool | None:
-    result: bool | None = True
-    for v in values:
-        if v is False:
-            return False
-        if v is None:
-            result = None
-    return result
+def lookup_kind(lookup: Any) -> str | UserLookup:
+    """What a lookup means: the name of the builtin lookup its class derives from
+    (``"exact"`` for ``IntegerFieldExact``...), or the user's registered implementation.
+    NotSupportedError for any other lookup class."""
+    kind = LOOKUPS.find(type(lookup))
+    if isinstance(kind, Refused):
+        raise NotSupportedError(kind.message)
+    return kind
 
 
-def or3(values) -> bool | None:
-    result: bool | None = False
-    for v in values:
-        if v is True:
-            return True
-        if v is None:
-            result = None
-    return result
+def check_supported(node: Any) -> None:
+    """Refuse now what evaluating ``node`` would refuse on the first row: a query is
+    refused when it is built, whether or not any row reaches the expression (an empty
+    table, a CASE branch no row takes). Subqueries are checked when they run."""
+    if node is None or isinstance(node, NothingNode | Star | str | int | float | bool):
+        return
+    if isinstance(node, WhereNode):
+        for child in node.children:
+            check_supported(child)
+        return
+    if isinstance(node, Subquery | Query):
+        return
+    if isinstance(node, Lookup):
+        lookup_kind(node)
+        check_supported(node.lhs)
+        rhs = node.rhs
+        for item in rhs if isinstance(rhs, list | tuple) else [rhs]:
+            if hasattr(item, "resolve_expression") or isinstance(item, WhereNode):
+                check_supported(item)
+        return
+    if isinstance(node, Aggregate):
+        AGGREGATE_FUNCTIONS.find(type(node))
+    elif isinstance(node, OrderBy | AggregateOrderBy):
+        pass  # sorting, not a value: its expressions are checked below
+    elif hasattr(node, "resolve_expression"):
+        VALUES.find(type(node))
+    else:
+        return
+    if own_sql(node):
+        raise unsupported(type(node))
+    for child in node.get_source_expressions():
+        check_supported(child)
 
 
-def not3(value: bool | None) -> bool | None:
-    return None if value is None else not value
+class Refused:
+    """A lookup refused with the words Django itself uses for it."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
 class Evaluator:
@@ -150,6 +207,8 @@ class Evaluator:
         self._exists: dict[int, tuple[list, set]] = {}
         # ``extra(select=...)`` columns Django itself adds (see query._extra_columns).
         self.raw_columns: dict[str, tuple[str, str]] = {}
+        # CURRENT_TIMESTAMP of this statement (temporal.now), taken when first asked.
+        self.now: Any = None
 
     # -- conditions ------------------------------------------------------------------------
 
@@ -161,13 +220,13 @@ class Evaluator:
             elif node.connector == OR:
                 result = or3(values)
             elif node.connector == XOR:
-                result = _xor3(list(values))
+                result = xor3(list(values))
             else:
                 raise NotSupportedError(f"unknown connector {node.connector!r}")
             return not3(result) if node.negated else result
         if isinstance(node, NothingNode):
             return False
-        if hasattr(node, "lookup_name") and hasattr(node, "rhs"):
+        if isinstance(node, Lookup):
             return self.lookup_truth(node, row)
         value = self.value(node, row)
         if value is None:
@@ -175,11 +234,15 @@ class Evaluator:
         return bool(value)
 
     def lookup_truth(self, lookup: Any, row: Row) -> bool | None:
+        kind = lookup_kind(lookup)
         lhs = self.value(lookup.lhs, row)
         rhs = self.rhs(lookup, row)
+        if isinstance(kind, UserLookup):
+            with computing(type(lookup).__name__):
+                return kind.test(lhs, rhs)
         if _is_json(lookup.lhs):
-            return _json_lookup(lookup, lhs, rhs)
-        return lookup_test(lookup.lookup_name, lhs, rhs)
+            return _json_lookup(kind, lhs, rhs)
+        return lookup_test(kind, lhs, rhs)
 
     def rhs(self, lookup: Any, row: Row) -> Any:
         """The right-hand side of a lookup as stored values (cached when constant)."""
@@ -188,16 +251,20 @@ class Evaluator:
             return self._rhs[key]
         rhs = lookup.rhs
         constant = True
-        name = lookup.lookup_name
-        if _is_query(rhs):
+        kind = lookup_kind(lookup)
+        name = kind if isinstance(kind, str) else None
+        if getattr(lookup, "bilateral_transforms", None):
+            value, constant = self._bilateral(lookup, name, row)
+        elif _is_query(rhs):
             db = getattr(rhs, "_db", None)
             if db is not None and db != self.connection.alias:
                 raise ValueError(
                     "Subqueries aren't allowed across different databases. Force the "
                     "inner query to be evaluated using `list(inner_query)`."
                 )
+            refuse_correlated(rhs, "as the right-hand side of a lookup")
             value = self.resolve_subquery(rhs)
-            if name not in ("in",):
+            if name != "in":
                 value = value[0] if value else None
         elif hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"):
             constant = _is_constant(rhs)
@@ -209,19 +276,42 @@ class Evaluator:
         elif name == "isnull":
             value = rhs
         else:
-            value = self.prep(lookup, rhs)
+            value = self.prep(lookup, rhs, name)
         if constant:
             self._rhs[key] = value
         return value
 
+    def _bilateral(self, lookup: Any, name: str | None, row: Row) -> tuple[Any, bool]:
+        """The right-hand side with the lookup's bilateral transforms applied, as
+        Django's SQL applies them (``name__upper__exact="x"`` with an ``Upper``
+        registered as bilateral compares ``UPPER(name) = UPPER('x')``)."""
+        field = lookup.lhs.output_field
+
+        def transformed(item: Any) -> Any:
+            if not hasattr(item, "resolve_expression"):
+                item = Value(item, output_field=field)
+            return self.value(lookup.apply_bilateral_transforms(item), row)
+
+        rhs = lookup.rhs
+        if name in ("in", "range") and isinstance(rhs, list | tuple | set | frozenset):
+            items = [v for v in rhs if v is not None or name == "range"]
+            constant = all(_is_constant(v) for v in items if hasattr(v, "resolve_expression"))
+            return [transformed(v) for v in items], constant
+        if name == "isnull":
+            return rhs, True
+        constant = not hasattr(rhs, "resolve_expression") or _is_constant(rhs)
+        return transformed(rhs), constant
+
     def _item(self, lookup: Any, value: Any, row: Row) -> Any:
         if hasattr(value, "resolve_expression"):
             return self.value(value, row)
-        return self.prep(lookup, value)
+        return self.prep(lookup, value, lookup_kind(lookup))
 
-    def prep(self, lookup: Any, value: Any) -> Any:
+    def prep(self, lookup: Any, value: Any, name: Any = None) -> Any:
         """A direct value as the lhs field stores it (dates, decimals, naive UTC...)."""
-        if value is None or lookup.lookup_name in _PATTERN_LOOKUPS:
+        if name is None:
+            name = lookup_kind(lookup)
+        if value is None or name in _PATTERN_LOOKUPS:
             return value
         if _is_json(lookup.lhs):
             return value  # compared as Python values (see _json_lookup)
@@ -238,19 +328,13 @@ class Evaluator:
     # -- values ----------------------------------------------------------------------------
 
     def value(self, expr: Any, row: Row) -> Any:
-        handler = _HANDLERS.get(type(expr).__name__)
-        if handler is None:
-            for klass in type(expr).__mro__[1:]:
-                handler = _HANDLERS.get(klass.__name__)
-                if handler is not None:
-                    break
-        if handler is None:
-            if hasattr(expr, "lookup_name") and hasattr(expr, "rhs"):
-                return self.lookup_truth(expr, row)
-            raise NotSupportedError(
-                f"the expression {type(expr).__name__} cannot be evaluated by the encrypted "
-                "database; compute it in Python on the fetched objects instead"
-            )
+        if isinstance(expr, Aggregate):
+            return _aggregate(self, expr, row)
+        if isinstance(expr, Lookup):  # a lookup used as a value: annotate(x=GreaterThan(...))
+            return self.lookup_truth(expr, row)
+        handler = VALUES.find(type(expr))
+        if own_sql(expr):
+            raise unsupported(type(expr))
         return handler(self, expr, row)
 
 
@@ -317,16 +401,15 @@ def _key_transform(ev: Evaluator, expr: Any, row: Row) -> Any:
             found = _MISSING
     else:
         found = _MISSING
-    if type(expr).__name__ == "KeyTextTransform":
+    if isinstance(expr, KeyTextTransform):
         if found is _MISSING or found is None:
             return None
         return json.dumps(found) if isinstance(found, dict | list) else found
     return _Parsed(found)
 
 
-def _json_lookup(lookup: Any, lhs: Any, rhs: Any) -> bool | None:
+def _json_lookup(name: str, lhs: Any, rhs: Any) -> bool | None:
     """A lookup whose left side is JSON (a column or a key of one)."""
-    name = lookup.lookup_name
     value = _parsed(lhs)
     keyed = isinstance(lhs, _Parsed)
     if name == "isnull":
@@ -381,13 +464,6 @@ def _has_key(value: Any, key: str) -> bool:
     return False
 
 
-def _xor3(values: list) -> bool | None:
-    """XOR as Django writes it for SQL without XOR: ``(a OR b ...) AND`` an odd number
-    of the terms are TRUE (an unknown term counts as not TRUE)."""
-    parity = sum(v is True for v in values) % 2 == 1
-    return and3([or3(values), parity])
-
-
 _PATTERN_LOOKUPS = frozenset(
     {
         "contains",
@@ -409,22 +485,55 @@ def _is_field_lookup(lookup: Any) -> bool:
 
 
 def _is_query(value: Any) -> bool:
-    from django.db.models.sql.query import Query
-
-    return isinstance(value, Query) or type(value).__name__ == "Subquery"
+    return isinstance(value, Query | Subquery)
 
 
 def _is_constant(expr: Any) -> bool:
-    if type(expr).__name__ in ("Col", "Ref", "ResolvedOuterRef", "OuterRef"):
+    if isinstance(expr, Col | Ref | ResolvedOuterRef | OuterRef):
         return False
+    if isinstance(expr, Subquery | Query) and outer_references(getattr(expr, "query", expr)):
+        return False
+    if not hasattr(expr, "get_source_expressions"):
+        return True
     return all(_is_constant(e) for e in expr.get_source_expressions() if e is not None)
 
 
-# -- expression handlers, by class name -------------------------------------------------------
+def outer_references(query: Any) -> set[tuple[Any, Any]]:
+    """Columns of enclosing queries that a subquery reads anywhere (WHERE, selected
+    columns, annotations, ordering, grouping): ``(alias, column)``; an ``OuterRef`` not
+    resolved to a column counts as ``("outer", name)``."""
+    from django_zerodb.translate import query_columns
+
+    return {c for c in query_columns(query) if c[0] not in query.alias_map}
+
+
+def refuse_correlated(query: Any, where: str) -> None:
+    """A subquery that reads columns of the query around it cannot be run once: refuse
+    it rather than answer as if those columns were NULL."""
+    inner = getattr(query, "query", query)
+    if outer_references(inner):
+        raise NotSupportedError(
+            f"a correlated subquery (OuterRef) {where} is not supported by the encrypted "
+            "database: annotate with an aggregate across the relation (such as "
+            "Max('employees__salary')), filter across the relation, or use "
+            "prefetch_related()"
+        )
+
+
+# -- expression handlers ----------------------------------------------------------------------
 
 
 def _col(ev: Evaluator, expr: Any, row: Row) -> Any:
-    record = row.get(expr.alias)
+    try:
+        record = row[expr.alias]
+    except KeyError:
+        # Not a table of this query: a column of an enclosing one (an OuterRef that
+        # reached here). Answering NULL would be a silent wrong answer.
+        raise NotSupportedError(
+            f"a column of an enclosing query ({expr.alias}.{expr.target.column}) is not "
+            "supported here by the encrypted database: rewrite the subquery as a filter or "
+            "an aggregate across the relation"
+        ) from None
     if record is None:
         return None
     return record.get(expr.target.column)
@@ -472,96 +581,59 @@ def _aggregate(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 
 def _combined(ev: Evaluator, expr: Any, row: Row) -> Any:
+    """Arithmetic on numbers (and on durations with durations, both microseconds)."""
     a = ev.value(expr.lhs, row)
     b = ev.value(expr.rhs, row)
     if a is None or b is None:
         return None
-    kind = type(expr).__name__
-    if kind == "DurationExpression":  # date/datetime +- duration (stored as microseconds)
-        a, b = _duration_operand(expr.lhs, a), _duration_operand(expr.rhs, b)
-    elif kind == "TemporalSubtraction":  # a DurationField value: microseconds
-        return duration_microseconds(a - b)
     op = expr.connector
-    try:
-        if op == "+":
-            return a + b
-        if op == "-":
-            return a - b
-        if op == "*":
-            return a * b
-        if op == "/":
-            if b == 0:
-                return None
-            if isinstance(a, int) and isinstance(b, int):
-                q = abs(a) // abs(b)
-                return q if (a >= 0) == (b >= 0) else -q
-            if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
-                return decimal.Decimal(a) / decimal.Decimal(b)
-            return a / b
-        if op == "%%" or op == "%":
-            return None if b == 0 else a % b
-        if op == "^":
-            return a**b
-        if op == "&":
-            return a & b
-        if op == "|":
-            return a | b
-        if op == "<<":
-            return a << b
-        if op == ">>":
-            return a >> b
-        if op == "#":
-            return a ^ b
-    except (TypeError, ArithmeticError):
-        if isinstance(a, float | int) and isinstance(b, decimal.Decimal | float | int):
-            return _combined_decimal(op, a, b)
-        raise NotSupportedError(
-            f"cannot compute {type(a).__name__} {op} {type(b).__name__} on the encrypted database"
-        ) from None
+    with computing(f"the operator {op!r}"):
+        try:
+            return _arithmetic(op, a, b)
+        except TypeError:
+            if isinstance(a, float | int) and isinstance(b, decimal.Decimal | float | int):
+                result = _combined_decimal(op, a, b)
+                if result is not None:
+                    return result
+            raise
+
+
+def _arithmetic(op: str, a: Any, b: Any) -> Any:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        if b == 0:
+            return None  # as SQLite (PostgreSQL raises division by zero)
+        if isinstance(a, int) and isinstance(b, int):
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b >= 0) else -q
+        if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+            return decimal.Decimal(a) / decimal.Decimal(b)
+        return a / b
+    if op in ("%%", "%"):
+        return functions.sql_mod(a, b)
+    if op == "^":
+        return functions.sql_power(a, b)
+    if op == "&":
+        return a & b
+    if op == "|":
+        return a | b
+    if op == "<<":
+        return a << b
+    if op == ">>":
+        return a >> b
+    if op == "#":
+        return a ^ b
     raise NotSupportedError(f"the operator {op!r} is not supported by the encrypted database")
-
-
-def _duration_operand(side: Any, value: Any) -> Any:
-    """A duration operand as a timedelta: there is no native duration type, so
-    DurationField values (and timedelta literals) are microseconds."""
-    field = getattr(side, "_output_field_or_none", None)
-    if type(value) is int and field is not None and field.get_internal_type() == "DurationField":
-        return datetime.timedelta(microseconds=value)
-    return value
 
 
 def _combined_decimal(op: str, a: Any, b: Any) -> Any:
     a, b = decimal.Decimal(str(a)), decimal.Decimal(str(b))
     return {"+": a + b, "-": a - b, "*": a * b}.get(op)
-
-
-def _func_args(ev: Evaluator, expr: Any, row: Row) -> list:
-    return [ev.value(e, row) for e in expr.get_source_expressions()]
-
-
-def _strict(fn: Callable) -> Callable:
-    """A function of values that is NULL when any argument is NULL (as SQL functions are)."""
-
-    def handler(ev: Evaluator, expr: Any, row: Row) -> Any:
-        args = _func_args(ev, expr, row)
-        if any(a is None for a in args):
-            return None
-        return fn(expr, *args)
-
-    return handler
-
-
-def _coalesce(ev: Evaluator, expr: Any, row: Row) -> Any:
-    for e in expr.get_source_expressions():
-        value = ev.value(e, row)
-        if value is not None:
-            return value
-    return None
-
-
-def _concat(ev: Evaluator, expr: Any, row: Row) -> Any:
-    args = _func_args(ev, expr, row)
-    return "".join("" if a is None else _text(a) for a in args)
 
 
 def _case(ev: Evaluator, expr: Any, row: Row) -> Any:
@@ -572,186 +644,12 @@ def _case(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 
 def _when_condition(ev: Evaluator, expr: Any, row: Row) -> Any:
-    if isinstance(expr, Q):
-        raise NotSupportedError("unresolved Q object in an expression")
-    return ev.truth(expr, row)
-
-
-def _local(value: Any, expr: Any) -> Any:
-    """A stored datetime (naive UTC when USE_TZ) in the expression's time zone, naive."""
-    if isinstance(value, datetime.datetime) and settings.USE_TZ:
-        tz = expr.get_tzname() if hasattr(expr, "get_tzname") else None
-        aware = timezone.make_aware(value, datetime.UTC) if timezone.is_naive(value) else value
-        zone = timezone.get_current_timezone() if tz is None else _zone(tz)
-        return timezone.make_naive(aware, zone)
-    return value
-
-
-def _zone(name: str):
-    import zoneinfo
-
-    return datetime.UTC if name == "UTC" else zoneinfo.ZoneInfo(name)
-
-
-def _extract(ev: Evaluator, expr: Any, row: Row) -> Any:
-    value = ev.value(expr.lhs, row)
-    if value is None:
-        return None
-    value = _local(value, expr)
-    kind = expr.lookup_name
-    if isinstance(value, datetime.timedelta):
-        return _extract_duration(kind, value)
-    if kind == "year":
-        return value.year
-    if kind == "iso_year":
-        return value.isocalendar()[0]
-    if kind == "month":
-        return value.month
-    if kind == "day":
-        return value.day
-    if kind == "week":
-        return value.isocalendar()[1]
-    if kind == "week_day":
-        return value.isoweekday() % 7 + 1
-    if kind == "iso_week_day":
-        return value.isoweekday()
-    if kind == "quarter":
-        return (value.month - 1) // 3 + 1
-    if kind == "hour":
-        return value.hour
-    if kind == "minute":
-        return value.minute
-    if kind == "second":
-        return value.second
-    raise NotSupportedError(f"Extract({kind!r}) is not supported by the encrypted database")
-
-
-def _extract_duration(kind: str, value: datetime.timedelta) -> int:
-    seconds = int(value.total_seconds())
-    return {
-        "day": value.days,
-        "hour": seconds // 3600 % 24,
-        "minute": seconds // 60 % 60,
-        "second": seconds % 60,
-    }[kind]
-
-
-def _trunc(ev: Evaluator, expr: Any, row: Row) -> Any:
-    value = ev.value(expr.lhs, row)
-    if value is None:
-        return None
-    value = _local(value, expr)
-    kind = expr.kind
-    if kind == "date":
-        return value.date() if isinstance(value, datetime.datetime) else value
-    if kind == "time":
-        return value.time() if isinstance(value, datetime.datetime) else value
-    if isinstance(value, datetime.time):
-        parts = {"hour": 1, "minute": 2, "second": 3}
-        keep = parts[kind]
-        return value.replace(
-            minute=value.minute if keep > 1 else 0,
-            second=value.second if keep > 2 else 0,
-            microsecond=0,
-        )
-    is_datetime = isinstance(value, datetime.datetime)
-    day = value.date() if is_datetime else value
-    if kind == "year":
-        day = day.replace(month=1, day=1)
-    elif kind == "quarter":
-        day = day.replace(month=(day.month - 1) // 3 * 3 + 1, day=1)
-    elif kind == "month":
-        day = day.replace(day=1)
-    elif kind == "week":
-        day = day - datetime.timedelta(days=day.weekday())
-    if kind in ("year", "quarter", "month", "week", "day"):
-        return datetime.datetime.combine(day, datetime.time()) if is_datetime else day
-    if not is_datetime:
-        raise NotSupportedError(f"cannot truncate a date to {kind!r}")
-    keep = {"hour": 1, "minute": 2, "second": 3}[kind]
-    return value.replace(
-        minute=value.minute if keep > 1 else 0,
-        second=value.second if keep > 2 else 0,
-        microsecond=0,
-    )
-
-
-def _cast(ev: Evaluator, expr: Any, row: Row) -> Any:
-    value = ev.value(expr.source_expressions[0], row)
-    if value is None:
-        return None
-    internal = expr.output_field.get_internal_type()
-    try:
-        if internal in ("CharField", "TextField"):
-            return _text(value)
-        if internal.endswith("IntegerField") or internal.endswith("AutoField"):
-            return int(value)
-        if internal == "FloatField":
-            return float(value)
-        if internal == "DecimalField":
-            return decimal.Decimal(str(value))
-        if internal == "DateField" and isinstance(value, datetime.datetime):
-            return value.date()
-    except (TypeError, ValueError, decimal.InvalidOperation):
-        return None
-    return value
-
-
-def _substr(expr: Any, text: Any, pos: int, length: int | None = None) -> str:
-    start = int(pos) - 1
-    return _text(text)[start : None if length is None else start + int(length)]
-
-
-def _mod(expr: Any, a: Any, b: Any) -> Any:
-    """SQL MOD: the sign of the dividend (not Python's floor modulo); NULL for b = 0."""
-    if b == 0:
-        return None
-    if isinstance(a, int) and isinstance(b, int):
-        return abs(a) % abs(b) * (1 if a >= 0 else -1)
-    return math.fmod(a, b)
-
-
-def _pad(text: str, length: int, fill: str, *, left: bool) -> str:
-    """LPAD/RPAD: pad (or cut) to ``length`` characters with ``fill`` repeated."""
-    if length <= len(text) or not fill:
-        return text[:length]
-    padding = (fill * length)[: length - len(text)]
-    return padding + text if left else text + padding
-
-
-def _round(expr: Any, value: Any, places: int = 0) -> Any:
-    return round(value, int(places))
-
-
-def _now(ev: Evaluator, expr: Any, row: Row) -> Any:
-    now = timezone.now()
-    return timezone.make_naive(now, datetime.UTC) if settings.USE_TZ else now
-
-
-def _greatest(expr: Any, *args: Any) -> Any:
-    return max(args, key=_Order)
-
-
-def _least(expr: Any, *args: Any) -> Any:
-    return min(args, key=_Order)
-
-
-class _Order:
-    """Sort key wrapper that orders like the indexes (see :func:`compare`)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v: Any) -> None:
-        self.v = v
-
-    def __lt__(self, other: _Order) -> bool:
-        return compare(self.v, other.v) < 0
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Order) and compare(self.v, other.v) == 0
+    return ev.truth(expr.condition, row)
 
 
 def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
+    from zerodb_core.exceptions import QueryError
+
     value = expr.value
     field = getattr(expr, "_output_field_or_none", None)
     if value is not None and field is not None and hasattr(field, "get_db_prep_value"):
@@ -764,15 +662,8 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 def _scalar_subquery(ev: Evaluator, expr: Any, row: Row) -> Any:
     """``Subquery(...)`` used as a value: run once (it cannot depend on the row)."""
-    from django_zerodb.translate import columns_of
-
     query = getattr(expr, "query", expr)
-    if columns_of(query):  # OuterRef: columns of the outer query
-        raise NotSupportedError(
-            "a correlated Subquery() (OuterRef) as a value is not supported by the encrypted "
-            "database: annotate with an aggregate across the relation (such as "
-            "Max('employees__salary')), or use prefetch_related()"
-        )
+    refuse_correlated(query, "as a value")
     key = id(query)
     if key not in ev._rhs:
         found = ev.resolve_subquery(query)
@@ -794,79 +685,89 @@ def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
     return None not in values and tuple(map(hashable, values)) in keys
 
 
-def hashable(value: Any) -> Any:
-    """A value usable as a dict key (grouping, joins, DISTINCT)."""
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return repr(value)
+def _unresolved(ev: Evaluator, expr: Any, row: Row) -> Any:
+    if isinstance(expr, Q):
+        raise NotSupportedError("unresolved Q object in an expression")
+    raise NotSupportedError(
+        f"an unresolved {type(expr).__name__} reached the encrypted database: an OuterRef "
+        "outside a subquery, or a correlated subquery it cannot run; filter across the "
+        "relation instead"
+    )
 
 
-_HANDLERS: dict[str, Callable[[Evaluator, Any, Row], Any]] = {
-    "ExpressionList": lambda ev, e, row: tuple(
-        ev.value(x, row) for x in e.get_source_expressions()
-    ),
-    "KeyTransform": _key_transform,
-    "Random": lambda ev, e, row: random.random(),
-    "Exists": _exists,
-    "Subquery": _scalar_subquery,
-    "Query": _scalar_subquery,
-    "Col": _col,
-    "ColPairs": _col_pairs,
-    "RawSQL": _raw_sql,
-    "ExtraWhere": _extra_where,
-    "Ref": _ref,
-    "Value": _value,
-    "CombinedExpression": _combined,
-    "DurationExpression": _combined,
-    "TemporalSubtraction": _combined,
-    "ExpressionWrapper": lambda ev, e, row: ev.value(e.expression, row),
-    # ~Exists(...), ~F("flag"): a subclass of ExpressionWrapper, so named before it.
-    "NegatedExpression": lambda ev, e, row: not3(ev.truth(e.expression, row)),
-    "Aggregate": _aggregate,
-    "AggregateFilter": lambda ev, e, row: ev.truth(e.condition, row),
-    "Coalesce": _coalesce,
-    "Concat": lambda ev, e, row: ev.value(e.source_expressions[0], row),
-    "ConcatPair": _concat,
-    "Lower": _strict(lambda e, v: _text(v).lower()),
-    "Upper": _strict(lambda e, v: _text(v).upper()),
-    "Length": _strict(lambda e, v: len(_text(v))),
-    "Trim": _strict(lambda e, v: _text(v).strip()),
-    "LTrim": _strict(lambda e, v: _text(v).lstrip()),
-    "RTrim": _strict(lambda e, v: _text(v).rstrip()),
-    "Reverse": _strict(lambda e, v: _text(v)[::-1]),
-    "Substr": _strict(_substr),
-    "Left": _strict(lambda e, v, n: _text(v)[: int(n)]),
-    "Right": _strict(lambda e, v, n: _text(v)[-int(n) :] if int(n) else ""),
-    "Replace": _strict(lambda e, v, old, new: _text(v).replace(_text(old), _text(new))),
-    "StrIndex": _strict(lambda e, v, sub: _text(v).find(_text(sub)) + 1),
-    "Abs": _strict(lambda e, v: abs(v)),
-    "Repeat": _strict(lambda e, v, n: _text(v) * max(int(n), 0)),
-    "LPad": _strict(lambda e, v, n, fill: _pad(_text(v), int(n), _text(fill), left=True)),
-    "RPad": _strict(lambda e, v, n, fill: _pad(_text(v), int(n), _text(fill), left=False)),
-    "Chr": _strict(lambda e, v: chr(int(v))),
-    "Ord": _strict(lambda e, v: ord(_text(v)[0]) if _text(v) else None),
-    "MD5": _strict(lambda e, v: hashlib.md5(_text(v).encode(), usedforsecurity=False).hexdigest()),
-    "SHA1": _strict(lambda e, v: hashlib.sha1(_text(v).encode()).hexdigest()),
-    "SHA256": _strict(lambda e, v: hashlib.sha256(_text(v).encode()).hexdigest()),
-    "SHA512": _strict(lambda e, v: hashlib.sha512(_text(v).encode()).hexdigest()),
-    "Sign": _strict(lambda e, v: (v > 0) - (v < 0)),
-    "Ceil": _strict(lambda e, v: math.ceil(v)),
-    "Floor": _strict(lambda e, v: math.floor(v)),
-    "Mod": _strict(_mod),
-    "Power": _strict(lambda e, a, b: a**b),
-    "Sqrt": _strict(lambda e, v: math.sqrt(v)),
-    "Round": _strict(_round),
-    "Greatest": _strict(_greatest),
-    "Least": _strict(_least),
-    "NullIf": _strict(lambda e, a, b: None if compare(a, b) == 0 else a),
-    "Case": _case,
-    "When": _when_condition,
-    "Extract": _extract,
-    "TruncBase": _trunc,
-    "Cast": _cast,
-    "Now": _now,
-    "WhereNode": lambda ev, e, row: ev.truth(e, row),
-    "NothingNode": lambda ev, e, row: False,
-}
+for _klass, _handler in {
+    ExpressionList: lambda ev, e, row: tuple(ev.value(x, row) for x in e.get_source_expressions()),
+    KeyTransform: _key_transform,
+    KeyTextTransform: _key_transform,
+    Exists: _exists,
+    Subquery: _scalar_subquery,
+    Query: _scalar_subquery,
+    Col: _col,
+    ColPairs: _col_pairs,
+    RawSQL: _raw_sql,
+    ExtraWhere: _extra_where,
+    Ref: _ref,
+    PositionRef: _ref,
+    Value: _value,
+    # JSON's null (not SQL's NULL), stored as JSON text like every JSON value.
+    JSONNull: lambda ev, e, row: "null",
+    CombinedExpression: _combined,
+    ExpressionWrapper: lambda ev, e, row: ev.value(e.expression, row),
+    # ~Exists(...), ~F("flag")
+    NegatedExpression: lambda ev, e, row: not3(ev.truth(e.expression, row)),
+    When: _when_condition,
+    WhereNode: lambda ev, e, row: ev.truth(e, row),
+    NothingNode: lambda ev, e, row: False,
+    ResolvedOuterRef: _unresolved,
+    OuterRef: _unresolved,
+}.items():
+    VALUES.add(_klass, _handler)
+VALUES.add(Case, _case)
+VALUES.add(AggregateFilter, lambda ev, e, row: ev.truth(e.condition, row))
+
+
+def _register_lookups() -> None:
+    """The builtin lookups, by class (Django's per-field subclasses find them through
+    the MRO, see registry.py), and this backend's full-text ``search``."""
+    from django.db.models import lookups as builtin
+    from django.db.models.fields import json as json_lookups
+
+    from django_zerodb.lookups import Search
+
+    for klass in (
+        builtin.Exact,
+        builtin.IExact,
+        builtin.GreaterThan,
+        builtin.GreaterThanOrEqual,
+        builtin.LessThan,
+        builtin.LessThanOrEqual,
+        builtin.In,
+        builtin.Contains,
+        builtin.IContains,
+        builtin.StartsWith,
+        builtin.IStartsWith,
+        builtin.EndsWith,
+        builtin.IEndsWith,
+        builtin.Range,
+        builtin.IsNull,
+        builtin.Regex,
+        builtin.IRegex,
+        json_lookups.HasKey,
+        json_lookups.HasKeys,
+        json_lookups.HasAnyKeys,
+        Search,
+    ):
+        LOOKUPS.add(klass, klass.lookup_name)
+    # JSON containment (supports_json_field_contains = False), in Django's words.
+    for klass in (json_lookups.DataContains, json_lookups.ContainedBy):
+        LOOKUPS.add(
+            klass,
+            Refused(
+                f"{klass.lookup_name} lookup is not supported on this database backend. "
+                "The encrypted database stores JSON as text: compare keys "
+                "(value__key=...) instead"
+            ),
+        )
+
+
+_register_lookups()

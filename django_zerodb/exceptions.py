@@ -3,7 +3,11 @@
 Django maps a driver's ``Error``, ``IntegrityError``, ``OperationalError`` ... to its own
 ``django.db`` exceptions by name (``DatabaseErrorWrapper``), so the backend raises these
 inside ``connection.wrap_database_errors`` and user code sees the usual Django classes.
-:func:`translated` turns the engine's errors into them at the boundary.
+Each class is also a subclass of its ``django.db`` twin, so an error raised where no
+wrapper is active (query setup, the schema editor, a plan described before it runs) still
+reaches user code as a ``django.db`` exception: ``except django.db.IntegrityError`` (which
+``get_or_create`` relies on) never misses one. :func:`translated` turns the engine's
+errors into them at the boundary, every one of them (``ZeroDBError`` is the catch-all).
 """
 
 from __future__ import annotations
@@ -17,49 +21,46 @@ import django.db.utils as django_errors
 import zerodb_core.exceptions as core
 
 
-class Error(Exception):
+class Error(django_errors.Error):
     """Base class of the backend's errors (DB-API ``Error``)."""
 
 
-class InterfaceError(Error):
+class InterfaceError(Error, django_errors.InterfaceError):
     pass
 
 
-class DatabaseError(Error):
+class DatabaseError(Error, django_errors.DatabaseError):
     pass
 
 
-class DataError(DatabaseError):
+class DataError(DatabaseError, django_errors.DataError):
+    """A value the operation cannot take (bad input to a cast, a domain error of a
+    function, an unknown time zone), as PostgreSQL's ``data_exception`` class."""
+
+
+class OperationalError(DatabaseError, django_errors.OperationalError):
     pass
 
 
-class OperationalError(DatabaseError):
+class IntegrityError(DatabaseError, django_errors.IntegrityError):
     pass
 
 
-class IntegrityError(DatabaseError):
+class InternalError(DatabaseError, django_errors.InternalError):
     pass
 
 
-class InternalError(DatabaseError):
-    pass
-
-
-class ProgrammingError(DatabaseError):
+class ProgrammingError(DatabaseError, django_errors.ProgrammingError):
     pass
 
 
 class NotSupportedError(DatabaseError, django_errors.NotSupportedError):
-    """Something the encrypted store cannot do; the message names the alternative.
-
-    Also a ``django.db.NotSupportedError`` itself: refusals raised outside a query (the
-    schema editor, introspection, query setup) reach user code as Django's class too."""
+    """Something the encrypted store cannot do; the message names the alternative."""
 
 
-class SerializationError(OperationalError, django_errors.OperationalError):
+class SerializationError(OperationalError):
     """A concurrent commit changed what this transaction wrote, read for update, or (at
-    "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``).
-    Also a ``django.db.OperationalError``, so Django's error wrapper lets it through."""
+    "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``)."""
 
 
 class ImproperlyConfiguredStore(OperationalError):
@@ -72,7 +73,7 @@ class ImproperlyConfiguredStore(OperationalError):
 # as they are.
 
 
-class StoreUnavailableError(OperationalError, django_errors.OperationalError):
+class StoreUnavailableError(OperationalError):
     """The store cannot be reached, or its storage is down: retry later."""
 
 
@@ -80,19 +81,19 @@ class ServerBusyError(StoreUnavailableError):
     """The blob server refuses connections, it holds as many as it takes: retry later."""
 
 
-class RateLimitedError(OperationalError, django_errors.OperationalError):
+class RateLimitedError(OperationalError):
     """The blob server refuses logins from this address for now: retry later."""
 
 
-class QuotaExceededError(OperationalError, django_errors.OperationalError):
+class QuotaExceededError(OperationalError):
     """The tenant's quota refused the write; nothing was written."""
 
 
-class CommitTooLargeError(OperationalError, django_errors.OperationalError):
+class CommitTooLargeError(OperationalError):
     """One blob or root is past what the store accepts at all; nothing was written."""
 
 
-class SnapshotTooOldError(OperationalError, django_errors.OperationalError):
+class SnapshotTooOldError(OperationalError):
     """The transaction's snapshot outlived the store's garbage retention: retry it."""
 
 
@@ -151,3 +152,7 @@ def translated() -> Iterator[None]:
         raise DatabaseError(f"{type(exc).__name__}: {exc}") from exc
     except core.QueryError as exc:
         raise ProgrammingError(str(exc)) from exc
+    except core.QuotaExceededError as exc:
+        raise OperationalError(str(exc)) from exc
+    except core.ZeroDBError as exc:  # anything else of the engine: never a bare class
+        raise DatabaseError(f"{type(exc).__name__}: {exc}") from exc

@@ -52,6 +52,8 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_over_clause = False
     supports_frame_range_fixed_distance = False
     supports_aggregate_filter_clause = True
+    # StringAgg(..., order_by=...): the group's rows are sorted first (query.py).
+    supports_aggregate_order_by_clause = True
     supports_subqueries_in_group_by = False
     supports_select_for_update_with_limit = True
     has_select_for_update = True
@@ -64,8 +66,10 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_comments_inline = False
     supports_stored_generated_columns = False
     supports_virtual_generated_columns = False
-    supports_table_check_constraints = False
-    supports_column_check_constraints = False
+    # Checked by the backend on every write (constraints.py), as SQLite's CHECK clauses.
+    supports_table_check_constraints = True
+    supports_column_check_constraints = True
+    can_introspect_check_constraints = False
     supports_expression_indexes = False
     supports_partial_indexes = False
     supports_covering_indexes = False
@@ -107,12 +111,6 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     # fail here for a reason listed below; a listed test still counts as not passing.
     django_test_skips: dict[str, set[str]] = {}
     django_test_expected_failures: set[str] = {
-        # A custom lookup with a None right-hand side: Django compiles it to SQL IS NULL; here
-        # it is a comparison with NULL.
-        "lookup.tests.LookupTests.test_custom_lookup_none_rhs",
-        # Arithmetic on DurationField values in expressions is not supported.
-        "admin_views.tests.AdminViewBasicTest.test_change_list_sorting_callable_query_expression",
-        "admin_views.tests.AdminViewBasicTest.test_change_list_sorting_callable_query_expression_reverse",
         # select_for_update() is optimistic here: it never blocks another transaction; a
         # commit whose rows changed since they were read fails instead.
         "get_or_create.tests.UpdateOrCreateTransactionTests.test_creation_in_transaction",
@@ -131,11 +129,8 @@ class DatabaseFeatures(BaseDatabaseFeatures):
         "lookup.tests.LookupTests.test_in_keeps_value_ordering",
         "lookup.tests.LookupTests.test_lookup_direct_value_rhs_unwrapped",
         "lookup.tests.LookupTests.test_textfield_exact_null",
-        "model_fields.test_jsonfield.TestQuerying.test_contained_by_unsupported",
         "model_fields.test_jsonfield.TestQuerying.test_key_sql_injection_escape",
         "model_forms.tests.ModelMultipleChoiceFieldTests.test_clean_does_deduplicate_values",
-        # Check constraints (PositiveIntegerField's value >= 0) are not enforced by the store.
-        "model_fields.test_integerfield.PositiveIntegerFieldTests.test_negative_values",
         # Correlated subqueries other than EXISTS on OuterRef equalities are not supported.
         "lookup.tests.LookupQueryingTests.test_filter_subquery_lhs",
         "lookup.tests.LookupTests.test_nested_outerref_lhs",
@@ -153,11 +148,6 @@ class DatabaseFeatures(BaseDatabaseFeatures):
         # JSONField edge cases: key paths as has_key arguments, JSON null versus a missing key,
         # containment.
         "model_fields.test_jsonfield.JSONExactNoneDeprecationTests.test_filter",
-        "model_fields.test_jsonfield.JSONFieldTests.test_db_check_constraints",
-        "model_fields.test_jsonfield.JSONNullTests.test_bulk_update",
-        "model_fields.test_jsonfield.JSONNullTests.test_case_expression_with_jsonnull_then",
-        "model_fields.test_jsonfield.JSONNullTests.test_update",
-        "model_fields.test_jsonfield.TestQuerying.test_contains_unsupported",
         "model_fields.test_jsonfield.TestQuerying.test_expression_wrapper_key_transform",
         "model_fields.test_jsonfield.TestQuerying.test_has_key_deep",
         "model_fields.test_jsonfield.TestQuerying.test_has_key_list",
@@ -175,13 +165,6 @@ class DatabaseFeatures(BaseDatabaseFeatures):
         "model_fields.test_jsonfield.TestSaveLoad.test_json_null_different_from_sql_null",
         # NulledTransform (exact=None on a transform) is not evaluated.
         "lookup.tests.LookupTests.test_exact_none_transform",
-        # Saves NULL into a non-null column in a test that expects the database to accept it
-        # first.
-        "fixtures.tests.FixtureLoadingTests.test_loaddata_error_message",
-        "get_or_create.tests.GetOrCreateTests.test_get_or_create_invalid_params",
-        "get_or_create.tests.UpdateOrCreateTests.test_integrity",
-        "many_to_one.tests.ManyToOneTests.test_fk_assignment_and_related_object_cache",
-        "model_fields.test_booleanfield.BooleanFieldTests.test_null_default",
         # Uses raw SQL, QuerySet.extra() or RawSQL, which the encrypted store refuses.
         "basic.tests.ModelFromDbTests.test_old_signature_raw",
         "basic.tests.ModelTest.test_extra_method_select_argument_with_dashes",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import models
+from django.db.models.constants import LOOKUP_SEP
 
 from django_zerodb.exceptions import NotSupportedError
 from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
@@ -75,13 +76,25 @@ def meta_index(model: type[models.Model], index: models.Index) -> IndexSpec:
 def unique_constraint(model: type[models.Model], constraint) -> IndexSpec | None:
     if not isinstance(constraint, models.UniqueConstraint):
         return None  # check constraints are validated by Django's model validation only
-    if constraint.condition is not None or constraint.expressions or constraint.include:
+    fields = list(constraint.fields) or _plain_fields(constraint.expressions)
+    if constraint.condition is not None or constraint.include or not fields:
         raise NotSupportedError(
             f"constraint {constraint.name!r} of {model._meta.label}: conditional or "
             "expression unique constraints are not supported by the encrypted database; "
             "use a plain UniqueConstraint(fields=[...])"
         )
-    return _spec(UNIQUE, _columns(model, constraint.fields))
+    return _spec(UNIQUE, _columns(model, fields))
+
+
+def _plain_fields(expressions: Iterable) -> list[str]:
+    """``UniqueConstraint(F("a"), "b")`` names plain fields: the same as ``fields=``.
+    Anything else (a function, an ordering, a transform) gives no fields."""
+    names = []
+    for expression in expressions:
+        if type(expression) is not models.F or LOOKUP_SEP in expression.name:
+            return []
+        names.append(expression.name)
+    return names
 
 
 def model_spec(model: type[models.Model]) -> ModelSpec:

@@ -124,6 +124,11 @@ class DatabaseOperations(BaseDatabaseOperations):
     def regex_lookup(self, lookup_type: str) -> str:
         return "%s REGEXP %s"
 
+    def format_for_duration_arithmetic(self, sql: str) -> str:
+        # Durations are stored as microseconds (no native type): DurationValue asks for
+        # this while Django compiles a select list it never runs here.
+        return f"INTERVAL({sql})"
+
     # -- flush (TransactionTestCase, ``manage.py flush``) ------------------------------------
 
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import functools
 import re
-import statistics
 from collections import defaultdict
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
+from django.db.models import Aggregate, Count
+from django.db.models.expressions import Col, OrderBy, Star
+from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
@@ -29,20 +31,23 @@ from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
     Evaluator,
-    _Order,
+    check_supported,
     exported,
-    hashable,
+    outer_references,
     sortable,
 )
 from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
+from django_zerodb.registry import own_sql, unsupported
 from django_zerodb.translate import (
     Never,
     aliases_of,
-    columns_of,
     combine,
     conjuncts,
     pushdown,
 )
+from django_zerodb.values import Order as _Order
+from django_zerodb.values import hashable
 from zerodb_core.encoding import encode_key
 from zerodb_core.query.executor import Executor
 from zerodb_core.query.operators import And, Any_, Eq, Expr
@@ -79,9 +84,15 @@ class SelectQuery:
         self.inner = inner
         self._view = view
         self.ev = Evaluator(self.connection, self._subquery, self._decorrelate)
-        self.base_alias = _base_alias(self.query)
-        self.table = self.query.alias_map[self.base_alias].table_name
-        self.pk_column = _pk_columns().get(self.table, self.query.get_meta().pk.column)
+        # ``Q(...).check(values)`` (model validation of check constraints) runs a SELECT
+        # of values without any table: ``Query(None)``.
+        self.tableless = self.query.model is None and not self.query.alias_map
+        if self.tableless:
+            self.base_alias, self.table, self.pk_column = None, None, None
+        else:
+            self.base_alias = _base_alias(self.query)
+            self.table = self.query.alias_map[self.base_alias].table_name
+            self.pk_column = _pk_columns().get(self.table, self.query.get_meta().pk.column)
         self._setup_done = False
 
     # -- setup -----------------------------------------------------------------------------
@@ -122,6 +133,8 @@ class SelectQuery:
         if c._meta_ordering and self.query.group_by is not None:
             order_by = []  # as Django does: Meta.ordering never applies to a GROUP BY
         self.order_by = [expr for expr, _ in order_by]
+        for expr in (self.where, self.having, *self.order_by, *(e for e, _, _ in c.select)):
+            check_supported(expr)
 
     def trivially_empty(self) -> bool:
         """True when the WHERE clause can match nothing whatever the data (``none()``,
@@ -266,6 +279,8 @@ class SelectQuery:
     def rows(self, limit: int | None = None) -> list[list[Any]]:
         if self.inner is not None:
             return self._outer_aggregate()
+        if self.tableless:
+            return self._tableless_rows()
         self._plan()
         q = self.query
         low, high = q.low_mark, q.high_mark
@@ -306,6 +321,16 @@ class SelectQuery:
             projected = _distinct(projected)
         return projected[low:] if high is None else projected[low:high]
 
+    def _tableless_rows(self) -> list[list[Any]]:
+        """``SELECT <values> WHERE <condition>`` without a table: one row, if the
+        condition is true of it (the values are annotations, read through ``Ref``)."""
+        self._setup()
+        row: dict = {}
+        if self.where is not None and self.ev.truth(self.where, row) is not True:
+            return []
+        row[ANNOTATIONS] = self._annotations(row)
+        return [self._project(row)]
+
     def _lock(self, base: list) -> None:
         if self.query.select_for_update and base:
             from django_zerodb.compiler import lock_rows
@@ -325,7 +350,7 @@ class SelectQuery:
         keys = []
         for order in self.order_by:
             expr = order.expression
-            if type(expr).__name__ != "Col" or expr.alias != self.base_alias:
+            if not isinstance(expr, Col) or expr.alias != self.base_alias:
                 return None
             if order.nulls_first or order.nulls_last:
                 return None
@@ -402,17 +427,28 @@ class SelectQuery:
                 groups[tuple(_hashable(self.ev.value(k, row)) for k in keys)].append(row)
         out = []
         for members in groups.values():
-            first = dict(members[0]) if members else {}
+            # No rows at all: SQL still answers one row, every column of it NULL.
+            first = dict(members[0]) if members else dict.fromkeys(self.query.alias_map)
             first[AGGREGATES] = {id(a): self._aggregate(a, members) for a in aggregates}
             out.append(first)
         return out
 
     def _aggregate(self, agg: Any, rows: list[dict]) -> Any:
+        """One aggregate over a group: its non-NULL values (after ``filter=`` and
+        ``distinct=``) handed to the implementation registered for its class."""
+        compute = AGGREGATE_FUNCTIONS.find(type(agg))
+        if own_sql(agg):  # Sum("x", function="MAX"): not a Sum any more
+            raise unsupported(type(agg))
         if agg.filter is not None:
             rows = [r for r in rows if self.ev.truth(agg.filter, r) is True]
+        if getattr(agg, "order_by", None) is not None:  # StringAgg(..., order_by=...)
+            orders = [
+                o if isinstance(o, OrderBy) else OrderBy(o)
+                for o in agg.order_by.get_source_expressions()
+            ]
+            rows = self._sorted(rows, orders)
         source = agg.source_expressions[0]
-        name = type(agg).__name__
-        if type(source).__name__ == "Star":
+        if isinstance(source, Star):
             values = [1] * len(rows)
         else:
             values = [self.ev.value(source, r) for r in rows]
@@ -422,34 +458,7 @@ class SelectQuery:
             for v in values:
                 seen.setdefault(_hashable(v), v)
             values = list(seen.values())
-        if name == "Count":
-            return len(values)
-        if not values:
-            return None
-        if name == "Sum":
-            return sum(values)
-        if name == "Avg":
-            total = sum(values)
-            return total / len(values)
-        if name == "Min":
-            return min(values, key=_Order)
-        if name == "Max":
-            return max(values, key=_Order)
-        if name in ("StdDev", "Variance"):
-            if len(values) < 2 and agg.function.endswith("SAMP"):
-                return None
-            sample = agg.function.endswith("SAMP")
-            fn = {
-                ("StdDev", True): statistics.stdev,
-                ("StdDev", False): statistics.pstdev,
-                ("Variance", True): statistics.variance,
-                ("Variance", False): statistics.pvariance,
-            }[(name, sample)]
-            return fn([float(v) for v in values])
-        raise NotSupportedError(
-            f"the aggregate {name} is not supported by the encrypted database; use Count, "
-            "Sum, Avg, Min, Max, StdDev or Variance"
-        )
+        return compute(agg, values, self.ev)
 
     def _annotations(self, row: dict) -> dict:
         out = {}
@@ -457,8 +466,8 @@ class SelectQuery:
             out[name] = self.ev.value(expr, row)
         return out
 
-    def _sorted(self, rows: list[dict]) -> list[dict]:
-        for order in reversed(self.order_by):
+    def _sorted(self, rows: list[dict], order_by: list | None = None) -> list[dict]:
+        for order in reversed(self.order_by if order_by is None else order_by):
             expr = order.expression
             values = [sortable(self.ev.value(expr, r)) for r in rows]
             nulls_first = (
@@ -518,7 +527,7 @@ class SelectQuery:
                 kept.append(child)
         if children is not None:
             where.children = kept
-        if any(alias not in inner.alias_map for alias, _ in columns_of(inner.where)):
+        if outer_references(inner):
             raise NotSupportedError(
                 "this correlated subquery (OuterRef) is not supported by the encrypted "
                 "database: only OuterRef equalities (field=OuterRef('pk')) can be used; "
@@ -541,10 +550,14 @@ class SelectQuery:
 
     def describe(self, verb: str = "SELECT") -> str:
         """The plan in one line: ``SELECT FROM t WHERE <engine expression> ...``."""
+        if self.tableless:
+            return f"{verb} VALUES"
         try:
             self._plan()
         except NotSupportedError:
             return f"{verb} FROM {self.table} (not supported)"
+        except Exception:  # raised again, translated, when the query runs
+            return f"{verb} FROM {self.table} (no plan)"
         parts = [f"{verb} FROM {self.table}"]
         base = combine(self.restrict[self.base_alias])
         if base is not None:
@@ -592,7 +605,7 @@ def _pk_columns() -> dict[str, str]:
 def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
     """An integer comparison that Django itself knows can match nothing (a value
     outside the field's range): Django's own lookup says so by raising EmptyResultSet."""
-    if not any(k.__name__ == "IntegerFieldOverflow" for k in type(term).__mro__):
+    if not isinstance(term, IntegerFieldOverflow):
         return False
     try:
         term.process_rhs(compiler, connection)
@@ -666,7 +679,7 @@ def _correlation(node: Any, inner_aliases: dict) -> tuple[Any, Any] | None:
     if getattr(node, "lookup_name", None) != "exact" or isinstance(node, type):
         return None
     lhs, rhs = node.lhs, node.rhs
-    if type(lhs).__name__ != "Col" or type(rhs).__name__ != "Col":
+    if not isinstance(lhs, Col) or not isinstance(rhs, Col):
         return None
     if lhs.alias in inner_aliases and rhs.alias not in inner_aliases:
         return lhs, rhs
@@ -735,7 +748,7 @@ def _collect_aggregates(expr: Any, out: list) -> None:
 
 
 def _is_aggregate(expr: Any) -> bool:
-    return any(k.__name__ == "Aggregate" for k in type(expr).__mro__)
+    return isinstance(expr, Aggregate)
 
 
 def _aggregates(compiler: Any, having: Any, order_by: list) -> list:
@@ -756,9 +769,8 @@ def _is_plain_count(compiler: Any, query: Any) -> bool:
     if query.group_by is not None or not compiler.select:
         return False
     for expr, _, _ in compiler.select:
-        if type(expr).__name__ != "Count" or expr.distinct or expr.filter is not None:
+        if type(expr) is not Count or expr.distinct or expr.filter is not None:
             return False
-        source = expr.source_expressions[0]
-        if type(source).__name__ != "Star":
+        if not isinstance(expr.source_expressions[0], Star):
             return False
     return True

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import CharField, TextField
+from django.db.models import CharField, Lookup, TextField
+from django.db.models.expressions import (
+    Case,
+    Col,
+    ColPairs,
+    OuterRef,
+    ResolvedOuterRef,
+    Subquery,
+)
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, NothingNode, WhereNode
 
-from django_zerodb.evaluate import Evaluator, lookup_test
+from django_zerodb.evaluate import Evaluator, lookup_kind, lookup_test
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.operators import (
     And,
@@ -88,15 +96,17 @@ def _collect_columns(node: Any, found: set) -> None:
         for child in node.children:
             _collect_columns(child, found)
         return
-    kind = type(node).__name__
-    if kind == "Col":
+    if isinstance(node, Col):
         found.add((node.alias, node.target.column))
         return
-    if kind in ("Subquery", "Exists") or isinstance(node, Query):  # PlanQuery too
-        query = getattr(node, "query", node)
-        found.update(c for c in _inner_columns(query) if c[0] not in query.alias_map)
+    if isinstance(node, ResolvedOuterRef | OuterRef):
+        found.add((OUTER, node.name))  # never an alias of any query
         return
-    if hasattr(node, "lhs") and hasattr(node, "rhs") and hasattr(node, "lookup_name"):
+    if isinstance(node, Subquery | Query):  # Exists and PlanQuery too
+        query = getattr(node, "query", node)
+        found.update(c for c in query_columns(query) if c[0] not in query.alias_map)
+        return
+    if isinstance(node, Lookup):
         _collect_columns(node.lhs, found)
         rhs = node.rhs
         if isinstance(rhs, list | tuple):
@@ -109,15 +119,30 @@ def _collect_columns(node: Any, found: set) -> None:
     if hasattr(node, "get_source_expressions"):
         for child in node.get_source_expressions():
             _collect_columns(child, found)
-        if kind == "Case":
+        if isinstance(node, Case):
             for when in node.cases:
                 _collect_columns(when, found)
 
 
-def _inner_columns(query: Any) -> set[tuple[str, str]]:
-    """Columns the WHERE clause of a subquery reads, its own and the outer query's."""
+# The alias of an OuterRef that was never resolved to a column.
+OUTER = "\x00outer"
+
+
+def query_columns(query: Any) -> set[tuple[str, str]]:
+    """Every column a (sub)query reads, of its own tables and of enclosing queries: in
+    its WHERE clause, selected columns, annotations, ordering and grouping."""
     found: set[tuple[str, str]] = set()
     _collect_columns(query.where, found)
+    for expr in query.select:
+        _collect_columns(expr, found)
+    for expr in query.annotations.values():
+        _collect_columns(expr, found)
+    for item in query.order_by:
+        if not isinstance(item, str):
+            _collect_columns(item, found)
+    if isinstance(query.group_by, tuple):
+        for expr in query.group_by:
+            _collect_columns(expr, found)
     return found
 
 
@@ -153,7 +178,7 @@ def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Exp
         if len(parts) == 1:
             return parts[0]
         return And(*parts) if conjunctive else Or(*parts)
-    if hasattr(node, "lookup_name") and hasattr(node, "rhs"):
+    if isinstance(node, Lookup):
         return _lookup(node, alias, ev, negated)
     return _row(node, alias, negated, ev)
 
@@ -173,15 +198,18 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
     direct = not (hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"))
     if isinstance(rhs, list | tuple):
         direct = direct and not any(hasattr(v, "resolve_expression") for v in rhs)
+    name = lookup_kind(lookup)
+    if not isinstance(name, str):  # a registered user lookup: evaluated in Python
+        return _row(lookup, alias, negated, ev)
     # A one-column tuple lookup (Django prefetches by a foreign key with TupleIn).
-    pair = type(lhs).__name__ == "ColPairs" and len(lhs) == 1
-    pair = pair and lookup.lookup_name in ("in", "exact")
-    if (type(lhs).__name__ != "Col" and not pair) or not direct or type(rhs).__name__ == "Query":
+    pair = isinstance(lhs, ColPairs) and len(lhs) == 1 and name in ("in", "exact")
+    if (type(lhs) is not Col and not pair) or not direct or isinstance(rhs, Query):
+        return _row(lookup, alias, negated, ev)
+    if getattr(lookup, "bilateral_transforms", None):
         return _row(lookup, alias, negated, ev)
     if not pair and lhs.target.get_internal_type() == "JSONField":
         return _row(lookup, alias, negated, ev)  # compared as parsed JSON (evaluate.py)
     column = lhs.targets[0].column if pair else lhs.target.column
-    name = lookup.lookup_name
     value = ev.rhs(lookup, {})
     if pair:
         value = [v[0] for v in value] if name == "in" else value[0]

@@ -15,14 +15,16 @@ import warnings
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import NotSupportedError, OperationalError, connections
+from django.db import IntegrityError, NotSupportedError, OperationalError, connections
 from django.db.models import F, Window
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 from django.test.utils import override_settings
 
+import zerodb_core.exceptions as core_errors
 from django_zerodb.base import DatabaseWrapper
 from django_zerodb.checks import check_databases
+from django_zerodb.exceptions import translated
 from django_zerodb.store import forget_engines, open_engine, store_settings
 from tests.django.conftest import BOTH_STORES, db
 from tests.django.testapp.models import Department, Employee
@@ -218,3 +220,57 @@ def test_wrong_passphrase_is_operational_error(tmp_path, django_db_blocker):
             again.close()
         finally:
             forget_engines(store)
+
+
+# -- every error reaching Django is a django.db exception ----------------------------------
+
+
+@db
+@BOTH_STORES
+def test_not_null_violation_is_djangos_integrity_error(alias):
+    from django.db import transaction
+
+    with pytest.raises(IntegrityError, match="NOT NULL"), transaction.atomic(using=alias):
+        Department.objects.create(name=None)
+    d = Department.objects.create(name="R&D")
+    with pytest.raises(IntegrityError, match="NOT NULL"), transaction.atomic(using=alias):
+        Department.objects.filter(pk=d.pk).update(name=None)
+    assert Department.objects.get(pk=d.pk).name == "R&D"
+
+
+@pytest.mark.parametrize(
+    "engine_error",
+    [
+        core_errors.QuotaExceededError("over quota"),
+        core_errors.CommitTooLargeError("too large"),
+        core_errors.DoesNotExist("gone"),
+        core_errors.ZeroDBError("anything"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_every_engine_error_is_translated(engine_error):
+    from django.db import DatabaseError
+
+    with pytest.raises(DatabaseError) as caught, translated():
+        raise engine_error
+    assert caught.value.__cause__ is engine_error
+
+
+def test_backend_errors_are_djangos_classes():
+    import django.db.utils as django_errors
+
+    from django_zerodb import exceptions as backend
+
+    for name in ("DataError", "OperationalError", "IntegrityError", "InternalError"):
+        assert issubclass(getattr(backend, name), getattr(django_errors, name)), name
+    for name in ("ProgrammingError", "NotSupportedError", "DatabaseError", "InterfaceError"):
+        assert issubclass(getattr(backend, name), getattr(django_errors, name)), name
+
+
+@db
+@BOTH_STORES
+def test_an_invalid_regex_is_a_data_error(some):
+    from django.db import DataError
+
+    with pytest.raises(DataError, match="regex"):
+        list(Employee.objects.filter(first_name__regex="(unclosed"))

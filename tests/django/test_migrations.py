@@ -249,6 +249,39 @@ def test_unique_constraint_and_unique_together(scratch):
         state.apps.get_model(APP, "Pet").objects.create(name="A", age=2)
 
 
+def test_unique_constraint_on_plain_field_expressions(scratch):
+    """``UniqueConstraint(F("name"), "age")`` names fields: enforced as ``fields=``; an
+    expression of any other kind is refused."""
+    alias = scratch
+    state = pet_state(alias)
+    constraint = models.UniqueConstraint(models.F("name"), "age", name="pet_name_age_expr")
+    state = apply(alias, state, migrations.AddConstraint("Pet", constraint))
+    Pet = state.apps.get_model(APP, "Pet")
+    Pet.objects.create(name="A", age=1)
+    with pytest.raises(IntegrityError), transaction.atomic(using=alias):
+        Pet.objects.create(name="A", age=1)
+    lowered = models.UniqueConstraint(models.functions.Lower("name"), name="pet_lower_name")
+    with (
+        pytest.raises(NotSupportedError, match="UniqueConstraint"),
+        transaction.atomic(using=alias),
+    ):
+        apply(alias, state, migrations.AddConstraint("Pet", lowered))
+
+
+def test_check_constraint_added_by_a_migration_is_enforced(scratch):
+    alias = scratch
+    state = pet_state(alias)
+    adult = models.CheckConstraint(condition=models.Q(age__gte=18), name="pet_adult")
+    state = apply(alias, state, migrations.AddConstraint("Pet", adult))
+    Pet = state.apps.get_model(APP, "Pet")
+    Pet.objects.create(name="Old", age=18)
+    Pet.objects.create(name="Unknown", age=None)  # NULL passes a CHECK
+    with pytest.raises(IntegrityError, match="pet_adult"), transaction.atomic(using=alias):
+        Pet.objects.create(name="Young", age=3)
+    state = apply(alias, state, migrations.RemoveConstraint("Pet", "pet_adult"))
+    state.apps.get_model(APP, "Pet").objects.create(name="Young", age=3)
+
+
 def test_rename_model_keeps_records(scratch):
     alias = scratch
     state = pet_state(alias)

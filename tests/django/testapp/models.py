@@ -85,3 +85,22 @@ class Setting(models.Model):
 
     key = models.CharField(max_length=40, primary_key=True)
     value = models.CharField(max_length=100, blank=True)
+
+
+class Booking(models.Model):
+    """Write-time checks the store does not make itself (django_zerodb/constraints.py):
+    two check constraints, a positive integer field and a JSONField."""
+
+    seats = models.PositiveIntegerField()
+    price = models.DecimalField(max_digits=8, decimal_places=2)
+    starts = models.DateField()
+    ends = models.DateField(null=True, blank=True)
+    extra = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(price__gte=0), name="price_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(ends__gte=models.F("starts")), name="ends_after_start"
+            ),
+        ]
