@@ -490,6 +490,8 @@ class DB:
                     else:
                         limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
                         time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
+                if attempt and not merge and txn.runs == dict(txn.root.trees):
+                    return  # a merge whose runs another client merged meanwhile: nothing left
                 seq = txn.root.seq + 1
                 trees, objects = txn.flush(seq)
                 blobs = self._seal(objects, sealed)
