@@ -86,6 +86,11 @@ class CommitLeases(abc.ABC):
         """Release the leases of ``owner`` and give up its places (its connection closed)."""
 
     @abc.abstractmethod
+    async def state(self, tenant: str, database: str) -> dict[str, int]:
+        """The lease of one database now: ``held`` (0 or 1) and ``waiting`` (clients
+        queued for it)."""
+
+    @abc.abstractmethod
     def claims_of(self, owner: Hashable) -> int:
         """How many leases ``owner`` holds or waits for (the server bounds it)."""
 
@@ -123,6 +128,12 @@ class MemoryCommitLeases(CommitLeases):
         self._queues: dict[Key, _Queue] = {}
         self._claims: dict[Hashable, set[_Claim]] = {}  # owner -> its claims
         self._counts = dict.fromkeys(("granted", "released", "expired", "dropped"), 0)
+
+    async def state(self, tenant: str, database: str) -> dict[str, int]:
+        queue = self._queues.get((tenant, database))
+        if queue is None:
+            return {"held": 0, "waiting": 0}
+        return {"held": int(queue.holder is not None), "waiting": len(queue.waiting)}
 
     def claims_of(self, owner: Hashable) -> int:
         return len(self._claims.get(owner, ()))
@@ -166,7 +177,9 @@ class MemoryCommitLeases(CommitLeases):
             queue = self._queues.get(claim.key)
             if queue is not None and queue.holder is claim:
                 self._counts["dropped"] += 1
-                log.info("event=lease_dropped tenant=%s why=disconnected", claim.key[0])
+                log.info(
+                    "event=lease_dropped owner=%s tenant=%s why=disconnected", owner, claim.key[0]
+                )
             self._withdraw(claim)
 
     def stats(self) -> dict[str, int]:
@@ -197,7 +210,8 @@ class MemoryCommitLeases(CommitLeases):
         if queue is not None and queue.holder is claim:
             self._counts["expired"] += 1
             log.warning(
-                "event=lease_expired tenant=%s timeout=%s waiting=%d",
+                "event=lease_expired owner=%s tenant=%s timeout=%s waiting=%d",
+                claim.owner,
                 claim.key[0],
                 self.timeout,
                 len(queue.waiting),

@@ -857,7 +857,8 @@ class BlobServer:
 
     async def _op_stats(self, session: Session, args: dict) -> object:
         """The database's figures, plus ``tenant``: the session's own tenant's usage and
-        quota (``max_*`` nil: no limit), the figures a commit is checked against."""
+        quota (``max_*`` nil: no limit), the figures a commit is checked against; and
+        ``lease``: whether the database's commit lease is held, and how many wait."""
         _args(args, {"database": str})
         stats = await self._storage(self.storage.stats, session.tenant, _database(args))
         usage = await self._storage(self.storage.usage, session.tenant)
@@ -872,6 +873,8 @@ class BlobServer:
         }
         if self.durability is not None:
             answer["durability"] = self.durability.as_dict()
+        if self.leases is not None:  # this database's commit lease: held, clients queued
+            answer["lease"] = await self.leases.state(session.tenant, _database(args))
         return answer
 
     # -- root pushes -----------------------------------------------------------------------

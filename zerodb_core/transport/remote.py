@@ -659,7 +659,8 @@ class RemoteTransport(Transport):
     def server_stats(self, database: str) -> dict:
         """Return the storage statistics of ``database`` (this tenant's only), with
         ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
-        ``max_blobs``, ``max_bytes``; a limit of None means none)."""
+        ``max_blobs``, ``max_bytes``; a limit of None means none) and, on a server with
+        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued)."""
         return self._call("stats", {"database": database})
 
     # -- the storage operations --------------------------------------------------------------
