@@ -34,6 +34,7 @@ from typing import Any
 from blob_server import protocol
 from blob_server.durability import ASSUMABLE
 from blob_server.exceptions import PersistenceUnknownError, StorageError
+from blob_server.leases import DEFAULT_LEASE_TIMEOUT
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -257,6 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
         "it is unverified",
     )
     serve.add_argument(
+        "--commit-lease-timeout",
+        type=float,
+        default=DEFAULT_LEASE_TIMEOUT,
+        metavar="SECONDS",
+        help="a client that lost a commit race queues for the database's commit lease, "
+        "and holds it (nobody else commits) until it commits, disconnects or this many "
+        f"seconds pass; 0 turns leases off: clients race (default: {DEFAULT_LEASE_TIMEOUT:g})",
+    )
+    serve.add_argument(
         "--garbage-retention",
         type=float,
         default=DEFAULT_RETENTION_SECONDS,
@@ -401,6 +411,7 @@ def serve(args: argparse.Namespace) -> int:
             max_commit_bytes=args.max_commit_bytes,
             staging_timeout=args.staging_timeout,
             garbage_retention=args.garbage_retention,
+            commit_lease_timeout=args.commit_lease_timeout,
             durability=durability,
             admit=functools.partial(
                 admit,

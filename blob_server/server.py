@@ -68,6 +68,13 @@ from blob_server.exceptions import (
     StorageUnavailableError,
     VolatileStorageError,
 )
+from blob_server.leases import (
+    DEFAULT_LEASE_TIMEOUT,
+    MAX_LEASE_WAIT,
+    TOKEN_BYTES,
+    CommitLeases,
+    MemoryCommitLeases,
+)
 from blob_server.storage import Storage
 from blob_server.storage.base import (
     BLOB_ID_SIZE,
@@ -140,6 +147,14 @@ class Session:
     started: float = field(default_factory=time.monotonic)
     writer: asyncio.StreamWriter | None = None
     subscriptions: set[str] = field(default_factory=set)
+    reader: asyncio.StreamReader | None = None
+
+    def alive(self) -> bool:
+        """Whether the peer may still read an answer (it has not closed the connection)."""
+        return not (
+            (self.reader is not None and self.reader.at_eof())
+            or (self.writer is not None and self.writer.is_closing())
+        )
 
 
 # -- argument checks ------------------------------------------------------------------------
@@ -186,6 +201,12 @@ def _id_list(value: list, what: str) -> list[bytes]:
     return _blob_ids(value, what)
 
 
+def _lease_token(value: object) -> bytes | None:
+    if value is not None and (type(value) is not bytes or len(value) != TOKEN_BYTES):
+        raise RequestError(protocol.BAD_REQUEST, f"a lease token is {TOKEN_BYTES} bytes or nil")
+    return value
+
+
 def _blob_ids(value: list, what: str) -> list[bytes]:
     if not are_blob_ids(value):
         raise RequestError(protocol.BAD_REQUEST, f"{what} must be {BLOB_ID_SIZE}-byte ids")
@@ -217,6 +238,8 @@ class BlobServer:
         garbage_retention: float = DEFAULT_RETENTION_SECONDS,
         durability: Durability | None = None,
         admit: Callable[[], Durability] | None = None,
+        commit_lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
+        leases: CommitLeases | None = None,
     ) -> None:
         if type(max_commit_blobs) is not int or not 1 <= max_commit_blobs <= (
             protocol.MAX_IDS_PER_REQUEST
@@ -234,6 +257,11 @@ class BlobServer:
         except InvalidRequestError as exc:
             raise ValueError(str(exc)) from None
         self.storage = storage
+        # Whose turn it is to commit, once commits collided (``blob_server.leases``);
+        # None: commit leases are off (``commit_lease_timeout`` 0), clients race.
+        if leases is None and commit_lease_timeout:
+            leases = MemoryCommitLeases(commit_lease_timeout)
+        self.leases = leases
         # What acknowledged commits survive (``blob_server.durability.admit``), told to
         # every client at login and in ``stats``; None: not known (in-process servers).
         self.durability = durability
@@ -279,6 +307,8 @@ class BlobServer:
             "put_keyring": self._op_put_keyring,
             "stats": self._op_stats,
             "subscribe": self._op_subscribe,
+            "acquire_lease": self._op_acquire_lease,
+            "release_lease": self._op_release_lease,
         }
         self._public_ops = {"challenge", "hello", "login", "ping"}
 
@@ -378,7 +408,7 @@ class BlobServer:
         peername = writer.get_extra_info("peername")
         address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
-        session = Session(next(_conn_ids), peer, address, writer=writer)
+        session = Session(next(_conn_ids), peer, address, writer=writer, reader=reader)
         if (
             self.connections >= self.max_connections
             or self._per_address.get(address, 0) >= self.max_per_address
@@ -407,6 +437,9 @@ class BlobServer:
                 self._per_address[address] = left
             self._writers.discard(writer)
             self._unsubscribe_all(session)
+            if self.leases is not None:
+                with contextlib.suppress(Exception):
+                    await self.leases.forget(session.conn_id)
             log_event(
                 logging.INFO,
                 "disconnected",
@@ -597,6 +630,10 @@ class BlobServer:
         # it would take a store that lost commits for one rolled back.
         if self.durability is not None:
             answer["durability"] = self.durability.as_dict()
+        # Commit leases (seconds a turn lasts): a client that lost a race queues for its
+        # turn instead of racing again (``acquire_lease``).
+        if self.leases is not None:
+            answer["commit_lease"] = self.leases.timeout
         return answer
 
     async def _op_ping(self, session: Session, args: dict) -> object:
@@ -681,12 +718,20 @@ class BlobServer:
         return {"staged": len(blobs)}
 
     async def _op_commit(self, session: Session, args: dict) -> object:
+        """Swap the root if it is still ``expected_seq``'s; else answer the current one.
+
+        ``lease`` (optional) says the client takes part in commit leases: nil, or the
+        token of the lease it holds. While another client holds the database's lease,
+        such a commit is not tried: the answer is ``wait`` (with the current root), and
+        the client queues for its turn. A successful commit gives its lease back.
+        """
         _args(
             args,
             {"database": str, "expected_seq": int, "root": bytes, "blobs": dict, "garbage": list},
-            {"staged": list},
+            {"staged": list, "lease": object},
         )
         self._check_writable()
+        token = _lease_token(args.get("lease"))
         blobs = args["blobs"]
         if len(args["root"]) > protocol.MAX_BLOB_BYTES:
             raise RequestError(protocol.TOO_LARGE, "root too large")
@@ -700,6 +745,10 @@ class BlobServer:
         staged = _blob_ids(staged, "staged ids")
         garbage = _blob_ids(args["garbage"], "garbage ids")
         database = _database(args)
+        leases = self.leases if "lease" in args else None
+        if leases is not None and await leases.held_by_other(session.tenant, database, token):
+            root = await self._storage(self.storage.get_root, session.tenant, database)
+            return {"ok": False, "wait": True, "seq": root.seq, "data": root.data}
         result = await self._storage_async(
             self.storage.acommit(
                 session.tenant,
@@ -725,7 +774,52 @@ class BlobServer:
         )
         if result.ok:
             self._push_root(session, database, result.root.seq)
+            if leases is not None and token is not None:
+                await leases.release(session.tenant, database, token)
         return {"ok": result.ok, "seq": result.root.seq, "data": result.root.data}
+
+    async def _op_acquire_lease(self, session: Session, args: dict) -> object:
+        """Queue for the database's commit lease (after a lost race) and wait at most
+        ``wait`` seconds for it. Answer ``granted``, the ``token`` to commit with (nil
+        when not granted) and the current root, which the holder replays its
+        transaction on: nobody else commits until it does, or its lease times out."""
+        _args(args, {"database": str, "wait": float})
+        database = _database(args)
+        wait = args["wait"]
+        if not 0 <= wait <= MAX_LEASE_WAIT:
+            raise RequestError(
+                protocol.BAD_REQUEST, f"wait must be between 0 and {MAX_LEASE_WAIT:.0f} s"
+            )
+        token = None
+        if self.leases is not None:
+            if self.leases.claims_of(session.conn_id) >= protocol.MAX_SUBSCRIPTIONS:
+                raise RequestError(
+                    protocol.TOO_LARGE,
+                    f"at most {protocol.MAX_SUBSCRIPTIONS} commit leases per connection",
+                )
+            token = await self.leases.acquire(
+                session.tenant, database, session.conn_id, wait, session.alive
+            )
+        root = await self._storage(self.storage.get_root, session.tenant, database)
+        log_event(
+            logging.DEBUG,
+            "lease",
+            conn=session.conn_id,
+            tenant=session.tenant,
+            granted=token is not None,
+            seq=root.seq,
+        )
+        return {"granted": token is not None, "token": token, "seq": root.seq, "data": root.data}
+
+    async def _op_release_lease(self, session: Session, args: dict) -> object:
+        """Give a commit lease back without committing (the transaction failed)."""
+        _args(args, {"database": str, "token": bytes})
+        database = _database(args)
+        token = _lease_token(args["token"])
+        released = False
+        if self.leases is not None and token is not None:
+            released = await self.leases.release(session.tenant, database, token)
+        return {"released": released}
 
     async def _op_allocate_ids(self, session: Session, args: dict) -> object:
         _args(args, {"database": str, "sequence": str, "count": int})
@@ -763,7 +857,8 @@ class BlobServer:
 
     async def _op_stats(self, session: Session, args: dict) -> object:
         """The database's figures, plus ``tenant``: the session's own tenant's usage and
-        quota (``max_*`` nil: no limit), the figures a commit is checked against."""
+        quota (``max_*`` nil: no limit), the figures a commit is checked against; and
+        ``lease``: whether the database's commit lease is held, and how many wait."""
         _args(args, {"database": str})
         stats = await self._storage(self.storage.stats, session.tenant, _database(args))
         usage = await self._storage(self.storage.usage, session.tenant)
@@ -778,6 +873,8 @@ class BlobServer:
         }
         if self.durability is not None:
             answer["durability"] = self.durability.as_dict()
+        if self.leases is not None:  # this database's commit lease: held, clients queued
+            answer["lease"] = await self.leases.state(session.tenant, _database(args))
         return answer
 
     # -- root pushes -----------------------------------------------------------------------

@@ -58,7 +58,7 @@ from zerodb_core.transaction import (
     Transaction,
     View,
 )
-from zerodb_core.transport import LocalTransport, Transport, open_local_transport
+from zerodb_core.transport import Lease, LocalTransport, Transport, open_local_transport
 
 if TYPE_CHECKING:
     import ssl
@@ -464,56 +464,99 @@ class DB:
             self._commit_paused(txn, merge=merge)
 
     def _commit_paused(self, txn: Transaction, *, merge: bool) -> None:
+        """Commit ``txn``, replaying it on the newer root each time it meets a concurrent
+        commit (if its isolation level allows), at most ``MAX_COMMIT_RETRIES`` times.
+
+        The first try races; after a lost race the client waits for its turn, the store's
+        commit lease (``Transport.acquire_lease``), and replays on the root of its turn:
+        then nobody else commits until it does. Without leases (a store that has none, or
+        a turn that did not come) it sleeps a random backoff and races again. A store
+        may also answer ``wait`` (another client's turn, nothing tried): the same, with
+        nothing to replay. The lease changes who retries when, never whether a
+        transaction is replayed: every root it meets is checked as after any lost race.
+        """
         self._save_changed_objects(txn)
         if not txn.ops:
             return
         sealed: dict[bytes, bytes] = {}  # merged runs are the same on every attempt
-        for attempt in range(MAX_COMMIT_RETRIES):
-            if attempt:
-                limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
-                time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
-            seq = txn.root.seq + 1
-            trees, objects = txn.flush(seq)
-            blobs = self._seal(objects, sealed)
-            payload = build_payload(seq, txn.root.digest, trees, txn.catalog, txn.text_stats)
-            sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
-            floor = self.freshness.seen_seq(self.database)
-            result = self.transport.commit(
-                self.database,
-                expected_seq=txn.root.seq,
-                root=sealed_root,
-                blobs=blobs,
-                garbage=txn.ws.garbage,
-            )
-            if result.ok:
-                root_digest = digest(sealed_root)
-                self.freshness.check(self.database, seq, root_digest, txn.root.digest, floor=floor)
-                for obj in objects:
-                    self.cache.put(obj.id, obj, len(blobs[obj.id]))
-                state = RootState(
-                    seq,
-                    root_digest,
-                    trees,
-                    txn.catalog,
-                    dict(txn.text_stats),
-                    payload["time"],
+        lease: Lease | None = None
+        try:
+            for attempt in range(MAX_COMMIT_RETRIES):
+                if attempt and (lease is None or not lease.held):
+                    floor = self.freshness.seen_seq(self.database)
+                    lease = self.transport.acquire_lease(self.database)
+                    if lease is not None:
+                        self._replay_on(txn, lease.root, floor)
+                    else:
+                        limit = CONFLICT_BACKOFF_FIRST * 2 ** (attempt - 1)
+                        time.sleep(random.uniform(0, min(limit, CONFLICT_BACKOFF_MAX)))
+                if attempt and not merge and txn.runs == dict(txn.root.trees):
+                    return  # a merge whose runs another client merged meanwhile: nothing left
+                seq = txn.root.seq + 1
+                trees, objects = txn.flush(seq)
+                blobs = self._seal(objects, sealed)
+                payload = build_payload(seq, txn.root.digest, trees, txn.catalog, txn.text_stats)
+                sealed_root = self.sealer.seal(BlobKind.ROOT, root_blob_id(seq), pack(payload))
+                floor = self.freshness.seen_seq(self.database)
+                result = self.transport.commit(
+                    self.database,
+                    expected_seq=txn.root.seq,
+                    root=sealed_root,
+                    blobs=blobs,
+                    garbage=txn.ws.garbage,
+                    lease=lease,
                 )
-                self._latest = state
-                self._maybe_collect_garbage()
-                if merge:
-                    self._merge_runs(state)
-                return
-            current = self._open_root(result.root, floor)
-            why = txn.conflict(current)
-            if why is not None:
-                raise SerializationError(
-                    f"could not serialize access ({txn.isolation}): {why} after this "
-                    "transaction's snapshot; run the transaction again"
-                )
-            txn.rebase(current)
+                if result.ok:
+                    root_digest = digest(sealed_root)
+                    self.freshness.check(
+                        self.database, seq, root_digest, txn.root.digest, floor=floor
+                    )
+                    for obj in objects:
+                        self.cache.put(obj.id, obj, len(blobs[obj.id]))
+                    state = RootState(
+                        seq,
+                        root_digest,
+                        trees,
+                        txn.catalog,
+                        dict(txn.text_stats),
+                        payload["time"],
+                    )
+                    self._latest = state
+                    self._maybe_collect_garbage()
+                    if merge:
+                        self._merge_runs(state)
+                    return
+                self._replay_on(txn, result.root, floor)
+        finally:
+            if lease is not None and lease.held:
+                self._release_lease(lease)
         raise ConflictError(
             f"commit to {self.database!r} met a concurrent commit {MAX_COMMIT_RETRIES} times"
         )
+
+    def _replay_on(self, txn: Transaction, record: RootRecord, floor: int | None) -> None:
+        """Replay ``txn`` on the root ``record`` (verified first), which a commit met or a
+        lease was granted with; raise ``SerializationError`` if its isolation level
+        refuses. Nothing to do when it is the root ``txn`` is on already (a store that
+        said ``wait``, or a turn with no commit in between)."""
+        current = self._open_root(record, floor)
+        if current.seq == txn.root.seq and current.digest == txn.root.digest:
+            return
+        why = txn.conflict(current)
+        if why is not None:
+            raise SerializationError(
+                f"could not serialize access ({txn.isolation}): {why} after this "
+                "transaction's snapshot; run the transaction again"
+            )
+        txn.rebase(current)
+
+    def _release_lease(self, lease: Lease) -> None:
+        """Give a lease back after a commit that failed; a store that cannot be reached
+        lets it go by itself (on disconnect or timeout), so that is only logged."""
+        try:
+            self.transport.release_lease(lease)
+        except (OperationalError, IntegrityError) as exc:
+            logger.warning("commit lease of %r not given back: %s", self.database, exc)
 
     def _seal(self, objects: list, sealed: dict[bytes, bytes]) -> dict[bytes, bytes]:
         """Seal new nodes and record blobs (those sealed by an earlier attempt of the same

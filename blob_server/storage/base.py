@@ -136,11 +136,14 @@ class CommitResult:
 
     ``ok`` is True when the commit was applied; ``root`` is then the new root. On a conflict
     ``ok`` is False and ``root`` is the current root, so the client can rebase without
-    another round trip.
+    another round trip. ``wait`` is True when the commit was not even tried because
+    another client holds the database's commit lease (``blob_server.leases``): the
+    client waits for its turn; a storage itself never sets it.
     """
 
     ok: bool
     root: RootRecord
+    wait: bool = False
 
 
 #: What an acknowledged commit survives (``Durability.mode``), strongest first.

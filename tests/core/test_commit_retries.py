@@ -4,7 +4,8 @@ docs/settings.md says the same number (it said 16 while the code did 32).
 A real second client commits just before every commit attempt of the first one (a
 transport that lets it in first: every attempt then meets a newer root), so the first
 one replays its transaction ``MAX_COMMIT_RETRIES`` times and gives up with
-``ConflictError``, having committed nothing.
+``ConflictError``, having committed nothing. The rival takes no part in commit leases
+(as a client of an older version): the first client's lease cannot hold it back.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_a_commit_that_always_meets_a_newer_root_gives_up_after_the_retries(monk
     storage = MemoryStorage()
     transport = RivalFirst(storage)
     victim = DB(transport, password=PASSWORD, kdf="fast")
-    rival = DB(LocalTransport(storage), password=PASSWORD, kdf="fast")
+    rival = DB(LocalTransport(storage, leases=False), password=PASSWORD, kdf="fast")
     victim.add(Employee(name="victim", surname="v0", salary=0))  # uncontested
     transport.rival = rival
     with pytest.raises(ConflictError, match=f"{MAX_COMMIT_RETRIES} times"):

@@ -74,8 +74,14 @@ def test_valid_login_then_storage_calls(wire):
     # without asking.
     limits = {"max_commit_blobs": 4096, "max_commit_bytes": 48 * 1024 * 1024}
     # And the garbage retention, so that a client can tell a snapshot too old from a
-    # blob withheld (an in-process server of the tests says nothing of durability).
-    expected = {"tenant": "acme", "limits": limits, "garbage_retention": 600.0}
+    # blob withheld (an in-process server of the tests says nothing of durability), and
+    # how long a commit lease lasts (the client queues for one after a lost race).
+    expected = {
+        "tenant": "acme",
+        "limits": limits,
+        "garbage_retention": 600.0,
+        "commit_lease": 2.0,
+    }
     assert answer.ok and answer.result == expected
     root = w.call("get_root", {"database": "main"})
     assert root.ok and root.result == {"seq": 0, "data": b""}

@@ -47,6 +47,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blob_server import protocol
+from blob_server.leases import DEFAULT_LEASE_TIMEOUT, MAX_LEASE_WAIT, TOKEN_BYTES
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES
 from blob_server.storage import MemoryStorage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS
@@ -84,6 +85,8 @@ STORAGE_OPS = {
     "put_keyring",
     "stats",
     "subscribe",
+    "acquire_lease",
+    "release_lease",
 }
 OPS = sorted(PUBLIC_OPS | STORAGE_OPS)
 #: Codes a hostile request may get; "internal" (an exception escaped a handler) and
@@ -379,6 +382,7 @@ names = st.one_of(
     st.sampled_from(["main", "fz", "db-1", "a" * MAX_NAME, "a" * (MAX_NAME + 1), "", "a\x00b"]),
     st.text(max_size=40),
 )
+lease_tokens = st.one_of(st.none(), st.binary(min_size=16, max_size=16), st.binary(max_size=20))
 #: Every operation's argument names, each with a strategy of mostly well-typed values
 #: (including out-of-range ones); wrong types come from ``anything``.
 SPECS: dict[str, dict[str, st.SearchStrategy]] = {
@@ -418,11 +422,20 @@ SPECS: dict[str, dict[str, st.SearchStrategy]] = {
         "blobs": new_blobs,
         "garbage": blob_ids(),
         "staged": blob_ids(),
+        "lease": lease_tokens,
     },
     "stage": {"database": names, "blobs": new_blobs},
+    # Short waits only: a lease this connection holds makes its next wait last.
+    "acquire_lease": {
+        "database": names,
+        "wait": st.one_of(
+            st.floats(0, 0.01), st.sampled_from([-1.0, 61.0, float("nan"), float("inf")])
+        ),
+    },
+    "release_lease": {"database": names, "token": lease_tokens},
 }
 #: Argument names an operation accepts but does not require.
-OPTIONAL = {"commit": {"staged"}}
+OPTIONAL = {"commit": {"staged", "lease"}}
 EXTRA_NAMES = st.one_of(
     st.sampled_from(["tenant", "user", "database ", "id", ""]), st.text(max_size=8)
 )
@@ -470,6 +483,10 @@ def _new_blobs(blobs: object) -> bool:
     )
 
 
+def _token(value: object, *, nil: bool) -> bool:
+    return (value is None and nil) or (type(value) is bytes and len(value) == TOKEN_BYTES)
+
+
 def _int(value: object, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
 
@@ -502,7 +519,12 @@ def accepted(op: str, args: dict) -> bool:
             and _ids(args["garbage"], protocol.MAX_COMMIT_IDS)
             and _ids(staged, protocol.MAX_COMMIT_IDS)
             and len(staged) + len(args["garbage"]) <= protocol.MAX_COMMIT_IDS
+            and _token(args.get("lease"), nil=True)
         )
+    if op == "acquire_lease":
+        return type(args["wait"]) is float and 0 <= args["wait"] <= MAX_LEASE_WAIT
+    if op == "release_lease":
+        return _token(args["token"], nil=False)
     if op == "stage":
         return _new_blobs(args["blobs"])
     return True  # challenge, hello, ping, get_root, stats, subscribe: names checked above
@@ -537,6 +559,7 @@ def check_answer(op: str, args: dict, answer: protocol.Response, *, authenticate
             "commit": {protocol.BLOB_EXISTS, protocol.NOT_STAGED},
             "stage": {protocol.BLOB_EXISTS},
             "subscribe": {protocol.TOO_LARGE},
+            "acquire_lease": {protocol.TOO_LARGE},
         }
         assert answer.ok or code in allowed.get(op, ()), (op, args, answer.result)
     else:
@@ -700,6 +723,7 @@ def check_login(target: Target, how: str, name: str, value: object, n: int) -> N
                 "limits": LIMITS,
                 "garbage_retention": DEFAULT_RETENTION_SECONDS,
                 "durability": MemoryStorage().durability().as_dict(),  # serve on memory://
+                "commit_lease": DEFAULT_LEASE_TIMEOUT,
             }
             again = conn.call("login", args)
             assert again.result[0] == protocol.BAD_REQUEST  # one login per connection

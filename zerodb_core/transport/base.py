@@ -47,6 +47,23 @@ def _checked_root(root: RootRecord) -> RootRecord:
     return root
 
 
+@dataclass(slots=True, eq=False)
+class Lease:
+    """This client's turn to commit to ``database``: a commit lease (``blob_server.leases``)
+    granted after a lost race. Until a commit with it succeeds (which gives it back) or
+    ``Transport.release_lease``, no other client that takes part in leases commits there.
+
+    ``root`` is the root when it was granted, the one to replay the transaction on;
+    ``token`` is the transport's own handle; ``held`` turns False once it is given back
+    or known to be lost (it timed out and another client holds the lease now).
+    """
+
+    database: str
+    token: object
+    root: RootRecord
+    held: bool = True
+
+
 @dataclass(slots=True)
 class TransportCounters:
     """Round trips and bytes since the transport was opened."""
@@ -117,8 +134,13 @@ class Transport(abc.ABC):
         root: bytes,
         blobs: Mapping[bytes, bytes],
         garbage: Iterable[bytes] = (),
+        lease: Lease | None = None,
     ) -> CommitResult:
         """Commit atomically; on conflict the result carries the current root.
+
+        With ``lease`` (held), the commit is made in this client's turn, and a success
+        gives the lease back. Without one, a store with commit leases may answer
+        ``wait`` (another client's turn; nothing was tried) with the current root.
 
         Blobs that do not fit one request go ahead in stage requests (each one counted
         round trip), and the commit names them. A retry of the commit from the same
@@ -131,6 +153,7 @@ class Transport(abc.ABC):
         plan = plan_commit(blobs, root, list(garbage), pending, self.limits)
         if plan.stages:
             self._stage_all(database, plan.stages, pending)
+        held = lease is not None and lease.held and lease.database == database
         try:
             result = self._commit(
                 database,
@@ -139,8 +162,11 @@ class Transport(abc.ABC):
                 blobs=plan.inline,
                 garbage=plan.garbage,
                 staged=plan.staged,
+                lease=lease.token if held else None,
             )
             _checked_root(result.root)
+            if type(result.wait) is not bool or (result.wait and result.ok):
+                raise IntegrityError("the store sent a malformed commit answer")
         except REFUSALS:
             raise  # nothing changed: what was staged stays pending for the next commit
         except BaseException:
@@ -148,6 +174,8 @@ class Transport(abc.ABC):
             raise
         if result.ok:
             pending.forget()  # live, or released as garbage
+        if held and (result.ok or result.wait):  # given back, or timed out and lost
+            lease.held = False
         sent = 8 + len(root) + sum(len(k) + len(v) for k, v in plan.inline.items())
         sent += sum(map(len, plan.staged)) + sum(map(len, plan.garbage))
         self._account(sent, 8 + len(result.root.data))
@@ -170,6 +198,36 @@ class Transport(abc.ABC):
                 refusal = outcome
         if refusal is not None:
             raise refusal
+
+    def acquire_lease(self, database: str) -> Lease | None:
+        """Wait for this client's turn to commit to ``database`` (it lost a race): the
+        lease, with the current root to replay on. None when the store has no commit
+        leases (no round trip) or the turn did not come within the wait (the caller
+        then races, as without leases). One counted round trip."""
+        answer = self._acquire_lease(database)
+        if answer is None:
+            return None
+        token, root = answer
+        _checked_root(root)
+        self._account(len(database), 8 + len(root.data))
+        return None if token is None else Lease(database, token, root)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give a lease back without committing (the transaction failed or gave up); one
+        counted round trip, none if it is no longer held."""
+        if not lease.held:
+            return
+        lease.held = False
+        self._release_lease(lease.database, lease.token)
+        self._account(len(lease.database), 1)
+
+    def _acquire_lease(self, database: str) -> tuple[object | None, RootRecord] | None:
+        """Queue for the lease and wait for it: ``(token or None if the wait ran out,
+        the current root)``, or None when this store has no commit leases."""
+        return None
+
+    def _release_lease(self, database: str, token: object) -> None:  # noqa: B027
+        """Give the lease ``token`` back."""
 
     def allocate_ids(self, database: str, sequence: str, count: int) -> int:
         """Reserve ``count`` consecutive integers of a named counter; return the first."""
@@ -220,7 +278,9 @@ class Transport(abc.ABC):
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
         staged: list[bytes],
-    ) -> CommitResult: ...
+        lease: object | None = None,
+    ) -> CommitResult:
+        """Commit (see ``commit``); ``lease`` is the token of the lease held, or None."""
 
     @abc.abstractmethod
     def _stage(self, database: str, chunks: list[dict[bytes, bytes]]) -> list[BaseException | None]:

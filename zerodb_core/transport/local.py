@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Hashable, Mapping, Sequence
 
 from blob_server import protocol
 from blob_server.exceptions import StorageError
-from blob_server.storage import Storage
+from blob_server.storage import MemoryStorage, SQLiteStorage, Storage
 from blob_server.storage.base import CommitResult, RootRecord
 from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS, MAX_IDS_PER_REQUEST
 from zerodb_core.exceptions import StoreUnavailableError
+from zerodb_core.transport import leases as lease_module
 from zerodb_core.transport.base import Transport
+from zerodb_core.transport.leases import FileLeases, LocalLeases, ThreadLeases
 from zerodb_core.transport.staging import REFUSALS, RequestLimits
 
 # The embedded store has a single tenant: there is nobody to keep apart.
@@ -30,15 +34,49 @@ LOCAL_LIMITS = RequestLimits(
 )
 
 
+#: The commit leases of each in-process store, shared by every transport on it.
+_THREAD_LEASES: weakref.WeakKeyDictionary[Storage, ThreadLeases] = weakref.WeakKeyDictionary()
+_THREAD_LEASES_LOCK = threading.Lock()
+
+
+def store_leases(storage: Storage) -> LocalLeases | None:
+    """The commit leases of an embedded store (``transport.leases``): shared in the
+    process for ``MemoryStorage``, file locks beside an ``SQLiteStorage``; None for other
+    storages (a Redis used as an embedded store: its clients race, as before leases)."""
+    if isinstance(storage, MemoryStorage):
+        with _THREAD_LEASES_LOCK:
+            found = _THREAD_LEASES.get(storage)
+            if found is None:
+                found = _THREAD_LEASES[storage] = ThreadLeases()
+            return found
+    if isinstance(storage, SQLiteStorage) and lease_module.fcntl is not None:
+        return FileLeases(storage.path)
+    return None
+
+
 class LocalTransport(Transport):
-    """Call a storage backend in-process; count round trips as if it were remote."""
+    """Call a storage backend in-process; count round trips as if it were remote.
+
+    ``leases``: the store's commit leases (True: ``store_leases``; False: none, this
+    client races; or a ``LocalLeases``).
+    """
 
     limits = LOCAL_LIMITS
 
-    def __init__(self, storage: Storage, *, tenant: str = LOCAL_TENANT, delay: float = 0.0):
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        tenant: str = LOCAL_TENANT,
+        delay: float = 0.0,
+        leases: LocalLeases | bool = True,
+    ):
         super().__init__(delay=delay)
         self.storage = storage
         self.tenant = tenant
+        if leases is True:
+            leases = store_leases(storage)
+        self.leases: LocalLeases | None = leases or None
         # Per database: the storage's root marker when the root was last read, and the
         # seq read then (see known_root_seq).
         self._markers: dict[str, tuple[Hashable, int]] = {}
@@ -96,8 +134,12 @@ class LocalTransport(Transport):
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
         staged: list[bytes],
+        lease: object | None = None,
     ) -> CommitResult:
-        return self.storage.commit(
+        leases = self.leases
+        if leases is not None and leases.busy(database, lease):  # another client's turn
+            return CommitResult(False, self._get_root(database), wait=True)
+        result = self.storage.commit(
             self.tenant,
             database,
             expected_seq=expected_seq,
@@ -106,6 +148,19 @@ class LocalTransport(Transport):
             garbage=garbage,
             staged=staged,
         )
+        if result.ok and lease is not None and leases is not None:
+            leases.release(database, lease)
+        return result
+
+    def _acquire_lease(self, database: str) -> tuple[object | None, RootRecord] | None:
+        if self.leases is None:
+            return None
+        token = self.leases.acquire(database)
+        return token, self._get_root(database)  # read in our turn: the one to replay on
+
+    def _release_lease(self, database: str, token: object) -> None:
+        if self.leases is not None:
+            self.leases.release(database, token)
 
     def _stage(self, database: str, chunks: list[dict[bytes, bytes]]) -> list[BaseException | None]:
         outcomes: list[BaseException | None] = []
@@ -139,6 +194,8 @@ class LocalTransport(Transport):
         return self.storage.collect_garbage(retention=retention)
 
     def close(self) -> None:
+        if self.leases is not None:
+            self.leases.close()
         self.storage.close()
 
 

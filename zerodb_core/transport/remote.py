@@ -113,6 +113,12 @@ BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
 DEFAULT_POOL_SIZE = 4
 
+#: Longest wait for a commit lease in one request (seconds; at most half the answer
+#: timeout): a client whose turn has not come by then races, as without leases.
+LEASE_WAIT = 10.0
+#: Bytes of a lease token (``blob_server.leases.TOKEN_BYTES``).
+LEASE_TOKEN_BYTES = 16
+
 #: Stage requests sent back to back before their answers are read (the bytes of blobs).
 STAGE_WINDOW_BYTES = 64 * 1024 * 1024
 
@@ -245,6 +251,9 @@ class RemoteTransport(Transport):
         # The id every login must find: the pinned one, else the first one seen.
         self.server_id: str | None = server_id
         self.limits = FALLBACK_LIMITS  # until a login announces the server's
+        # Seconds a commit lease lasts, as the last login announced; None: the server has
+        # no commit leases (off, or older), and this client races as before.
+        self.lease_timeout: float | None = None
         self._durability: dict[str, str] | None = None  # as the last login announced
         self.reconnects = 0  # primary connections opened after the first one
         self.connections_opened = 0  # logins that succeeded, primary and pooled
@@ -366,6 +375,7 @@ class RemoteTransport(Transport):
             raise IntegrityError("the blob server sent a malformed login answer")
         self.limits = _announced_limits(answer)
         self.garbage_retention = _announced_retention(answer)
+        self.lease_timeout = _announced_lease(answer)
         self._told_durability(_announced_durability(answer))
         self.server_id = server_id
 
@@ -649,7 +659,8 @@ class RemoteTransport(Transport):
     def server_stats(self, database: str) -> dict:
         """Return the storage statistics of ``database`` (this tenant's only), with
         ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
-        ``max_blobs``, ``max_bytes``; a limit of None means none)."""
+        ``max_blobs``, ``max_bytes``; a limit of None means none) and, on a server with
+        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued)."""
         return self._call("stats", {"database": database})
 
     # -- the storage operations --------------------------------------------------------------
@@ -777,6 +788,7 @@ class RemoteTransport(Transport):
         blobs: Mapping[bytes, bytes],
         garbage: list[bytes],
         staged: list[bytes],
+        lease: object | None = None,
     ) -> CommitResult:
         args: dict[str, Any] = {
             "database": database,
@@ -787,13 +799,19 @@ class RemoteTransport(Transport):
         }
         if staged:  # absent otherwise: a small commit is the request it always was
             args["staged"] = staged
+        if self.lease_timeout is not None:  # taking part in leases: nil, or our token
+            args["lease"] = lease
         (response,) = self._call_many([("commit", args)], idempotent=False, raw=True)
         if not response.ok:
             raise _write_error(*response.result)
         answer = response.result
-        if type(answer) is not dict or type(answer.get("ok")) is not bool:
+        if (
+            type(answer) is not dict
+            or type(answer.get("ok")) is not bool
+            or type(answer.get("wait", False)) is not bool
+        ):
             raise IntegrityError("the blob server sent a malformed commit answer")
-        result = CommitResult(answer["ok"], _root(answer))
+        result = CommitResult(answer["ok"], _root(answer), answer.get("wait", False))
         # Either way the answer names a root the store really had (the committer gets no
         # push of its own commit). Any seq the store is known to have reached is safe to
         # fold in: the subscription only has to vouch for commits after its root read.
@@ -825,6 +843,30 @@ class RemoteTransport(Transport):
             if any(outcome is not None for outcome in outcomes):
                 break
         return outcomes
+
+    def _acquire_lease(self, database: str) -> tuple[object | None, RootRecord] | None:
+        """Queue for the commit lease on the server (``acquire_lease``) and wait for it,
+        at most ``LEASE_WAIT`` seconds (half the answer timeout if that is shorter). If
+        the answer is lost, the connection is dropped, and the server gives up whatever
+        it granted on it: asking again is safe."""
+        if self.lease_timeout is None:
+            return None
+        wait = float(min(LEASE_WAIT, self.timeout / 2))
+        answer = self._call("acquire_lease", {"database": database, "wait": wait})
+        if (
+            type(answer) is not dict
+            or type(answer.get("granted")) is not bool
+            or (answer["granted"] and _lease_token(answer.get("token")) is None)
+        ):
+            raise IntegrityError("the blob server sent a malformed lease answer")
+        root = _root(answer)
+        self._note_root(database, root.seq)
+        return (answer["token"] if answer["granted"] else None), root
+
+    def _release_lease(self, database: str, token: object) -> None:
+        answer = self._call("release_lease", {"database": database, "token": token})
+        if type(answer) is not dict or type(answer.get("released")) is not bool:
+            raise IntegrityError("the blob server sent a malformed lease answer")
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
         # Retrying is safe: a lost block only leaves a gap in the ids.
@@ -895,6 +937,24 @@ def _announced_durability(answer: dict) -> dict[str, str] | None:
     ):
         raise IntegrityError("the blob server announced a malformed durability")
     return {"mode": told["mode"], "detail": told["detail"]}
+
+
+def _lease_token(token: object) -> bytes | None:
+    """A lease token from the server, or None if it is not one."""
+    if type(token) is bytes and len(token) == LEASE_TOKEN_BYTES:
+        return token
+    return None
+
+
+def _announced_lease(answer: dict) -> float | None:
+    """How long a commit lease lasts, as a login answer announces it (None: the server
+    has none); a malformed one is refused (fail closed)."""
+    timeout = answer.get("commit_lease")
+    if timeout is None:
+        return None
+    if type(timeout) not in (int, float) or not 0 < timeout < float("inf"):
+        raise IntegrityError("the blob server announced a malformed commit lease")
+    return float(timeout)
 
 
 def _announced_retention(answer: dict) -> float:
