@@ -23,13 +23,18 @@ class LimitedTransport(LocalTransport):
         self.limit = limit
         self.sizes: list[int] = []  # the blob bytes of every commit tried
 
-    def commit(self, database, *, expected_seq, root, blobs, garbage=()):
+    def commit(self, database, *, expected_seq, root, blobs, garbage=(), lease=None):
         size = sum(map(len, blobs.values()))
         self.sizes.append(size)
         if size > self.limit:
             raise CommitTooLargeError(f"{size} bytes exceed {self.limit}")
         return super().commit(
-            database, expected_seq=expected_seq, root=root, blobs=blobs, garbage=garbage
+            database,
+            expected_seq=expected_seq,
+            root=root,
+            blobs=blobs,
+            garbage=garbage,
+            lease=lease,
         )
 
 
