@@ -16,6 +16,15 @@ run the whole transaction again on the newer data::
 
 The function runs in ``transaction.atomic(using=...)``; inside an atomic block already,
 it just runs (only the outermost block commits, so only it can retry).
+
+A block of code rather than a function (Python cannot run a ``with`` block twice, so
+each attempt is a block of its own; tenacity's ``for attempt in Retrying()`` shape)::
+
+    for attempt in conflict_attempts(using="encrypted"):
+        with attempt:
+            employee = Employee.objects.get(pk=pk)
+            employee.salary += amount
+            employee.save()
 """
 
 from __future__ import annotations
@@ -53,15 +62,49 @@ def retry_on_conflict[T](
     def run(*args: Any, **kwargs: Any) -> T:
         if connections[using or "default"].in_atomic_block:
             return func(*args, **kwargs)
-        for attempt in range(retries + 1):
-            try:
-                with transaction.atomic(using=using):
-                    return func(*args, **kwargs)
-            except SerializationError:
-                if attempt == retries:
-                    raise
-                bound = min(FIRST_BACKOFF * 2**attempt, MAX_BACKOFF)
-                time.sleep(random.uniform(0, bound))
-        raise AssertionError("unreachable")
+        for attempt in conflict_attempts(using=using, retries=retries):
+            with attempt:
+                result = func(*args, **kwargs)
+        return result
 
     return run
+
+
+class Attempt:
+    """One run of a block in ``transaction.atomic``; a ``SerializationError`` at its end
+    is kept (not raised) while attempts are left, and the loop runs the block again."""
+
+    def __init__(self, using: str | None, last: bool) -> None:
+        self.atomic = transaction.atomic(using=using)
+        self.last = last
+        self.failed = False
+
+    def __enter__(self) -> Attempt:
+        self.atomic.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
+        try:
+            self.atomic.__exit__(exc_type, exc, traceback)
+        except SerializationError:
+            if self.last:
+                raise
+            self.failed = True
+            return True  # the commit was refused: swallowed, run again
+        if exc_type is not None and issubclass(exc_type, SerializationError) and not self.last:
+            self.failed = True
+            return True
+        return False
+
+
+def conflict_attempts(*, using: str | None = None, retries: int = RETRIES):
+    """Yield attempts (context managers) until one commits without a
+    ``SerializationError``, at most ``retries + 1`` of them, waiting a short random time
+    between them; the last one's error propagates."""
+    for attempt in range(retries + 1):
+        current = Attempt(using, last=attempt == retries)
+        yield current
+        if not current.failed:
+            return
+        bound = min(FIRST_BACKOFF * 2**attempt, MAX_BACKOFF)
+        time.sleep(random.uniform(0, bound))

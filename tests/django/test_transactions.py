@@ -27,7 +27,7 @@ from django.db import (
 from django.db.models import F
 
 from django_zerodb.exceptions import SerializationError
-from django_zerodb.transaction import retry_on_conflict
+from django_zerodb.transaction import conflict_attempts, retry_on_conflict
 from tests.django.conftest import BOTH_STORES, db, transactional_db
 from tests.django.testapp.models import Counter, Department
 
@@ -318,6 +318,44 @@ def test_retry_on_conflict_counts_exactly(alias, isolation):
             future.result(timeout=300)
     assert Counter.objects.get(pk=counter.pk).value == WRITERS * SAVES
     assert len(retries) >= WRITERS * SAVES
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read"], indirect=True)
+@transactional_db
+def test_conflict_attempts_run_a_block_again(alias, isolation):
+    """The block form: the first attempt is overtaken by another connection's update,
+    the second commits on the newer data."""
+    counter = Counter.objects.create(name="c", value=1)
+    runs = 0
+    for attempt in conflict_attempts(using=alias):
+        with attempt:
+            runs += 1
+            row = Counter.objects.get(pk=counter.pk)
+            if runs == 1:
+                elsewhere(lambda: Counter.objects.filter(pk=counter.pk).update(value=10))
+            row.value += 1
+            row.save()
+    assert runs == 2
+    assert Counter.objects.get(pk=counter.pk).value == 11
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read"], indirect=True)
+@transactional_db
+def test_conflict_attempts_give_up_after_their_retries(alias, isolation):
+    counter = Counter.objects.create(name="c", value=1)
+    runs = 0
+    with pytest.raises(SerializationError):
+        for attempt in conflict_attempts(using=alias, retries=2):
+            with attempt:
+                runs += 1
+                row = Counter.objects.get(pk=counter.pk)
+                elsewhere(
+                    lambda: Counter.objects.filter(pk=counter.pk).update(value=F("value") + 1)
+                )
+                row.value = 0
+                row.save()
+    assert runs == 3
+    assert Counter.objects.get(pk=counter.pk).value == 4  # the three updates from elsewhere
 
 
 def test_unknown_isolation_levels_are_a_configuration_error():
