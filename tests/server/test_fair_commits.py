@@ -232,27 +232,35 @@ def _stop(server: ServerProcess) -> str:
     return log
 
 
-@pytest.mark.parametrize("writers", [4])
-def test_writers_through_a_server_on_sqlite_commit_fairly(deployment, writers):
+# The issue's own target, 8 writers for 20 s, is slow: ``make test`` runs fewer for less.
+LONG = pytest.param(8, 20.0, marks=pytest.mark.slow, id="8-writers-20s")
+
+
+@pytest.mark.parametrize(("writers", "seconds"), [(4, RUN_SECONDS), LONG])
+def test_writers_through_a_server_on_sqlite_commit_fairly(deployment, writers, seconds):
     server = _served(deployment, f"sqlite:///{deployment.tmp}/blobs.zdb")
     try:
-        outcome = run_writers(deployment.tmp, server.port, deployment.key_file, writers)
-        assert_fair(outcome, f"server+sqlite, {writers} writers, {RUN_SECONDS:.0f} s")
+        outcome = run_writers(
+            deployment.tmp, server.port, deployment.key_file, writers, seconds=seconds
+        )
+        assert_fair(outcome, f"server+sqlite, {writers} writers, {seconds:.0f} s")
         with _open(server.port, str(deployment.key_file)) as db:
             check_stored(db, outcome.acked)
     finally:
         _stop(server)
 
 
-@pytest.mark.parametrize("writers", [6])
-def test_writers_through_a_server_on_redis_commit_fairly(deployment, writers):
+@pytest.mark.parametrize(("writers", "seconds"), [(6, RUN_SECONDS), LONG])
+def test_writers_through_a_server_on_redis_commit_fairly(deployment, writers, seconds):
     store = PrivateRedis(deployment.tmp / "redis", appendfsync="everysec")
     store.start()
     try:
         server = _served(deployment, store.url)
         try:
-            outcome = run_writers(deployment.tmp, server.port, deployment.key_file, writers)
-            assert_fair(outcome, f"server+redis, {writers} writers, {RUN_SECONDS:.0f} s")
+            outcome = run_writers(
+                deployment.tmp, server.port, deployment.key_file, writers, seconds=seconds
+            )
+            assert_fair(outcome, f"server+redis, {writers} writers, {seconds:.0f} s")
             with _open(server.port, str(deployment.key_file)) as db:
                 check_stored(db, outcome.acked)
         finally:
@@ -275,13 +283,13 @@ def test_writers_through_a_server_make_every_commit(deployment):
 # -- an embedded SQLite file shared by processes ---------------------------------------
 
 
-@pytest.mark.parametrize("writers", [3])
-def test_writers_on_an_embedded_sqlite_file_commit_fairly(tmp_path, writers):
+@pytest.mark.parametrize(("writers", "seconds"), [(3, RUN_SECONDS), LONG])
+def test_writers_on_an_embedded_sqlite_file_commit_fairly(tmp_path, writers, seconds):
     url = f"sqlite:///{tmp_path}/blobs.zdb"
     with _open(url, None) as db:
         assert len(db[Employee].all()) == 0
-    outcome = run_writers(tmp_path, url, None, writers)
-    assert_fair(outcome, f"embedded sqlite, {writers} writers, {RUN_SECONDS:.0f} s")
+    outcome = run_writers(tmp_path, url, None, writers, seconds=seconds)
+    assert_fair(outcome, f"embedded sqlite, {writers} writers, {seconds:.0f} s")
     with _open(url, None) as db:
         check_stored(db, outcome.acked)
 
