@@ -236,18 +236,24 @@ def _stop(server: ServerProcess) -> str:
 LONG = pytest.param(8, 20.0, marks=pytest.mark.slow, id="8-writers-20s")
 
 
-@pytest.mark.parametrize(("writers", "seconds"), [(4, RUN_SECONDS), LONG])
-def test_writers_through_a_server_on_sqlite_commit_fairly(deployment, writers, seconds):
-    server = _served(deployment, f"sqlite:///{deployment.tmp}/blobs.zdb")
+def _served_fairly(deployment, storage: str, writers: int, seconds: float, label: str) -> None:
+    """Writers through a server on ``storage`` commit fairly, and every ack is stored."""
+    server = _served(deployment, storage)
     try:
         outcome = run_writers(
             deployment.tmp, server.port, deployment.key_file, writers, seconds=seconds
         )
-        assert_fair(outcome, f"server+sqlite, {writers} writers, {seconds:.0f} s")
+        assert_fair(outcome, f"{label}, {writers} writers, {seconds:.0f} s")
         with _open(server.port, str(deployment.key_file)) as db:
             check_stored(db, outcome.acked)
     finally:
         _stop(server)
+
+
+@pytest.mark.parametrize(("writers", "seconds"), [(4, RUN_SECONDS), LONG])
+def test_writers_through_a_server_on_sqlite_commit_fairly(deployment, writers, seconds):
+    storage = f"sqlite:///{deployment.tmp}/blobs.zdb"
+    _served_fairly(deployment, storage, writers, seconds, "server+sqlite")
 
 
 @pytest.mark.parametrize(("writers", "seconds"), [(6, RUN_SECONDS), LONG])
@@ -255,16 +261,7 @@ def test_writers_through_a_server_on_redis_commit_fairly(deployment, writers, se
     store = PrivateRedis(deployment.tmp / "redis", appendfsync="everysec")
     store.start()
     try:
-        server = _served(deployment, store.url)
-        try:
-            outcome = run_writers(
-                deployment.tmp, server.port, deployment.key_file, writers, seconds=seconds
-            )
-            assert_fair(outcome, f"server+redis, {writers} writers, {seconds:.0f} s")
-            with _open(server.port, str(deployment.key_file)) as db:
-                check_stored(db, outcome.acked)
-        finally:
-            _stop(server)
+        _served_fairly(deployment, store.url, writers, seconds, "server+redis")
     finally:
         store.kill()
 

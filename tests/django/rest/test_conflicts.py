@@ -8,12 +8,11 @@ has another connection (another thread) change the same row and commit.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from django.db import connections
 from django.db.models.signals import pre_save
 
+from tests.django.test_transactions import elsewhere
 from tests.django.testapp.models import Employee
 
 pytestmark = pytest.mark.django_db(databases=["default", "encrypted"], transaction=True)
@@ -30,17 +29,6 @@ def isolation(request):
     if before is not None:
         options["ISOLATION_LEVEL"] = before
     connections["encrypted"].close()
-
-
-def elsewhere(fn) -> None:
-    def run():
-        try:
-            fn()
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(run).result(timeout=60)
 
 
 @pytest.fixture
