@@ -110,7 +110,7 @@ def encrypted_database() -> dict:
         "STORE": url or f"sqlite:///{VAR_DIR / 'hr.zdb'}",
         "PASSPHRASE": os.environ.get("ZERODB_PASSPHRASE") or secret_file("passphrase"),
         # A save that would overwrite a concurrent change fails instead (docs/settings.md).
-        "ISOLATION_LEVEL": "repeatable read",
+        "ISOLATION_LEVEL": os.environ.get("ZERODB_ISOLATION_LEVEL") or "repeatable read",
     }
     if url and os.environ.get("ZERODB_KEY_FILE"):
         options["KEY_FILE"] = os.environ["ZERODB_KEY_FILE"]

@@ -105,11 +105,12 @@ print("done")
 """
 
 
-def test_processes_doing_get_and_save_on_one_row_lose_nothing(project):
-    """Six processes each get() + save() one row ten times, at the project's "repeatable
-    read" with the retry helper: every increment is counted (tests/core/test_isolation.py
-    and tests/django/test_transactions.py show the lost update at "read committed")."""
-    env = clean_env()
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_processes_doing_get_and_save_on_one_row_lose_nothing(project, isolation):
+    """Six processes each get() + save() one row ten times, with the retry helper: every
+    increment is counted (tests/core/test_isolation.py and
+    tests/django/test_transactions.py show the lost update at "read committed")."""
+    env = clean_env(ZERODB_ISOLATION_LEVEL=isolation)
     run("manage.py", "migrate", "--database", "encrypted", cwd=project, env=env)
     run("manage.py", "seed_hr", "--employees", "3", "--seed", "1", cwd=project, env=env)
     read = "from hr.models import Employee; e = Employee.objects.order_by('pk')[0]; "
