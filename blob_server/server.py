@@ -42,6 +42,13 @@ count from the moment they are staged. Pending blobs no commit claims within
 ``staging_timeout`` seconds (a client died mid-upload) are deleted by the garbage
 collection task, and their usage given back.
 
+Commit leases (``blob_server.leases``): a client whose commit lost a race asks for the
+database's lease (``acquire_lease``) and waits in a FIFO for its turn; while one client
+holds it, the commits of every other client that takes part in leases (they send a
+``lease`` argument, nil or their token) are answered ``wait`` instead of being tried. A
+turn ends with the holder's successful commit, ``release_lease``, the end of the
+holder's connection, or ``commit_lease_timeout`` seconds.
+
 Logs are ``key=value`` lines and never contain blob contents, roots, keyrings or
 signatures: only ops, sizes, counts, peers and tenants.
 """

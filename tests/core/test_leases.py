@@ -207,3 +207,13 @@ def test_threads_on_a_memory_store_all_commit():
     assert errors == []
     surnames = [e.surname for e in dbs[0][Employee].all()]
     assert sorted(surnames) == sorted(f"t{w}-{n}" for w in range(4) for n in range(25))
+
+
+def test_lock_files_that_cannot_be_opened_leave_the_client_racing(tmp_path, caplog):
+    """A store in a directory this client may not create files in (or another user's
+    lock files): no leases for it, a warning, and its commits go on as before leases."""
+    store = tmp_path / "nowhere" / "blobs.zdb"  # the directory does not exist
+    leases = FileLeases(str(store))
+    assert not leases.busy("main", None)
+    assert leases.acquire("main") is None
+    assert sum("commit leases of" in r.getMessage() for r in caplog.records) == 1

@@ -338,6 +338,7 @@ def test_a_lease_holder_killed_by_sigkill_lets_the_queue_go_on(deployment):
         deployment, f"sqlite:///{deployment.tmp}/blobs.zdb", "--commit-lease-timeout", "60"
     )
     key = str(deployment.key_file)
+    holder = None
     try:
         holder = _start_holder(server.port, key, deployment.tmp)
         with _open(server.port, key) as watcher:
@@ -361,7 +362,11 @@ def test_a_lease_holder_killed_by_sigkill_lets_the_queue_go_on(deployment):
         with _open(server.port, key) as db:
             check_stored(db, outcome.acked)
     finally:
-        _stop(server)
+        try:
+            if holder is not None:
+                holder.kill()
+        finally:
+            _stop(server)
 
 
 def test_a_lease_holder_that_hangs_keeps_nobody_beyond_the_timeout(deployment):
@@ -385,11 +390,13 @@ def test_a_lease_holder_that_hangs_keeps_nobody_beyond_the_timeout(deployment):
         with _open(server.port, key) as db:
             check_stored(db, outcome.acked)
     finally:
-        if holder is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(holder.pid, signal.SIGCONT)
-            holder.kill()
-        _stop(server)
+        try:
+            if holder is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(holder.pid, signal.SIGCONT)
+                holder.kill()
+        finally:
+            _stop(server)
 
 
 def _flock_holders(path: Path) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
 import struct
 import threading
@@ -50,6 +51,7 @@ POLL_FIRST = 0.0001
 POLL_MAX = 0.001
 
 _STAMP = struct.Struct(">d")  # when the holder took the file lease (time.time())
+logger = logging.getLogger(__name__)
 
 
 class LocalLeases(abc.ABC):
@@ -169,30 +171,61 @@ class FileLeases(LocalLeases):
         self._local = threading.local()  # per thread: (pid, queue fd, lease fd) to probe
         self._probes: list[int] = []
         self._probes_lock = threading.Lock()
+        self._warned = False
 
     def _open(self, path: str) -> int:
-        return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        # Created like SQLite's own -wal and -shm files: whoever may use the store may
+        # use its locks (the umask applies); they hold a time, nothing else.
+        return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
 
-    def _probe(self) -> tuple[int, int]:
+    def _unusable(self, exc: OSError) -> None:
+        """Locks that cannot be opened or taken (a read-only directory, another user's
+        files, a file system without ``flock``): this client races, as without leases."""
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "commit leases of %s are off for this client (%s): it races other writers",
+                self.lease_path,
+                exc,
+            )
+
+    def _probe(self) -> tuple[int, int] | None:
         """This thread's descriptors for looking at the locks (reopened after a fork:
-        a forked child shares its parent's open files, locks included)."""
+        a forked child shares its parent's open files, locks included); None when the
+        lock files cannot be opened."""
         probe = getattr(self._local, "probe", None)
         if probe is not None and probe[0] == os.getpid():
             return probe[1], probe[2]
-        fds = self._open(self.queue_path), self._open(self.lease_path)
-        self._local.probe = (os.getpid(), *fds)
+        try:
+            queue_fd = self._open(self.queue_path)
+        except OSError as exc:
+            self._unusable(exc)
+            return None
+        try:
+            lease_fd = self._open(self.lease_path)
+        except OSError as exc:
+            os.close(queue_fd)
+            self._unusable(exc)
+            return None
+        self._local.probe = (os.getpid(), queue_fd, lease_fd)
         with self._probes_lock:
-            self._probes.extend(fds)
-        return fds
+            self._probes += [queue_fd, lease_fd]
+        return queue_fd, lease_fd
 
     def busy(self, database: str, token: object | None) -> bool:
         if isinstance(token, _FileHold) and token.held:
             return False
-        queue_fd, lease_fd = self._probe()
+        fds = self._probe()
+        if fds is None:
+            return False
+        queue_fd, lease_fd = fds
         try:
             fcntl.flock(queue_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # somebody waits for the lease or holds it
             return not self._overstayed(lease_fd)
+        except OSError as exc:
+            self._unusable(exc)
+            return False
         fcntl.flock(queue_fd, fcntl.LOCK_UN)
         return False
 
@@ -205,34 +238,41 @@ class FileLeases(LocalLeases):
         return since > 0 and time.time() - since > self.timeout
 
     def acquire(self, database: str) -> object | None:
-        queue_fd = self._open(self.queue_path)
+        fds: list[int] = []
         try:
-            fcntl.flock(queue_fd, fcntl.LOCK_SH)  # a probe holds it exclusively for an instant
-            lease_fd = self._open(self.lease_path)
+            fds.append(self._open(self.queue_path))
+            fcntl.flock(fds[0], fcntl.LOCK_SH)  # a probe holds it exclusively for an instant
+            fds.append(self._open(self.lease_path))
+            if not self._wait_for(fds[1]):
+                for fd in fds:
+                    os.close(fd)
+                return None
+            os.pwrite(fds[1], _STAMP.pack(time.time()), 0)
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            self._unusable(exc)
+            return None
         except BaseException:
-            os.close(queue_fd)
+            for fd in fds:
+                os.close(fd)
             raise
-        try:
-            deadline = time.monotonic() + self.wait
-            delay = POLL_FIRST
-            while True:
-                try:
-                    fcntl.flock(lease_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    pass
-                if time.monotonic() >= deadline or self._overstayed(lease_fd):
-                    os.close(lease_fd)
-                    os.close(queue_fd)
-                    return None
-                time.sleep(delay)
-                delay = min(delay * 2, POLL_MAX)
-            os.pwrite(lease_fd, _STAMP.pack(time.time()), 0)
-        except BaseException:
-            os.close(lease_fd)
-            os.close(queue_fd)
-            raise
-        return _FileHold(queue_fd, lease_fd)
+        return _FileHold(fds[0], fds[1])
+
+    def _wait_for(self, lease_fd: int) -> bool:
+        """Take the lease, polling; False when the wait ran out or its holder overstayed."""
+        deadline = time.monotonic() + self.wait
+        delay = POLL_FIRST
+        while True:
+            try:
+                fcntl.flock(lease_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+            if time.monotonic() >= deadline or self._overstayed(lease_fd):
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)
 
     def release(self, database: str, token: object) -> None:
         if not isinstance(token, _FileHold) or not token.held:

@@ -20,6 +20,11 @@ gets requests of at most ``FALLBACK_LIMITS`` (256 blobs, 1 MiB), far below any s
 we ship. The stage requests of a commit are pipelined, up to ``STAGE_WINDOW_BYTES`` at a
 time, on one connection; each is one counted round trip.
 
+Commit leases: a server that has them says so at login (``commit_lease``); the client
+then sends every commit with a ``lease`` argument (nil, or the token of the turn it
+holds), and after a lost race asks for its turn (``acquire_lease``, waiting at most
+``LEASE_WAIT`` seconds). See ``blob_server.leases``.
+
 Everything the server answers is checked before use: a malformed answer raises
 ``IntegrityError`` and drops the connection (it cannot be trusted to be in step any more).
 
