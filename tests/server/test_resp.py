@@ -267,7 +267,9 @@ def test_the_connection_limit_holds_under_concurrent_reads(redis_server):
 
     results, peak = asyncio.run(many())
     assert results == [[b"v" * 100_000]] * 20
-    assert 1 <= peak <= 2
+    # Never more than the limit. (Not "at least one": on a busy machine the reads can all
+    # finish before the first look at the client list, which then sees none.)
+    assert peak <= 2
 
 
 def test_url_options_the_reader_cannot_follow_are_refused(redis_server):
