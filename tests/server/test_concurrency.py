@@ -61,8 +61,10 @@ class Deployment:
     tenants: Path
     key_file: Path
 
-    def server(self, storage: str) -> ServerProcess:
-        return ServerProcess(storage, self.tenants, self.tmp / "server.log")
+    def server(self, storage: str, *flags: str) -> ServerProcess:
+        server = ServerProcess(storage, self.tenants, self.tmp / "server.log")
+        server.args += flags
+        return server
 
     def open_db(self, port: int) -> DB:
         return DB(("127.0.0.1", port), password=PASSWORD, key_file=self.key_file, kdf="fast")
@@ -70,6 +72,11 @@ class Deployment:
 
 @pytest.fixture
 def deployment(tmp_path) -> Deployment:
+    return make_deployment(tmp_path)
+
+
+def make_deployment(tmp_path: Path) -> Deployment:
+    """Register tenant ``acme`` and one login key for it in ``tmp_path``."""
     registry = TenantRegistry(tmp_path / "tenants.json")
     registry.add_tenant(TENANT)
     key = KeyFile.create(TENANT)

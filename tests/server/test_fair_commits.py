@@ -27,12 +27,11 @@ from pathlib import Path
 import pytest
 
 from blob_server.storage import SQLiteStorage
-from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
 from tests.server.conftest import PrivateRedis
+from tests.server.test_concurrency import Deployment, make_deployment
 from tests.server.test_server_e2e import ServerProcess
 from zerodb_core import DB, ConflictError
-from zerodb_core.keyfile import KeyFile
 from zerodb_core.transport import LocalTransport
 from zerodb_core.transport.leases import FileLeases
 
@@ -42,26 +41,9 @@ RUN_SECONDS = 6.0  # a fixed-time run lasts this long (only the counts are asser
 FAIRNESS = 0.5  # the least busy writer commits at least this share of the busiest's
 
 
-@dataclass
-class Deployment:
-    tmp: Path
-    tenants: Path
-    key_file: Path
-
-    def server(self, storage: str, *flags: str) -> ServerProcess:
-        server = ServerProcess(storage, self.tenants, self.tmp / "server.log")
-        server.args += flags
-        return server
-
-
 @pytest.fixture
 def deployment(tmp_path) -> Deployment:
-    registry = TenantRegistry(tmp_path / "tenants.json")
-    registry.add_tenant(TENANT)
-    key = KeyFile.create(TENANT)
-    key.save(tmp_path / "acme.zdbkey", PASSWORD, kdf="fast")
-    registry.add_key(TENANT, key.public_key)
-    return Deployment(tmp_path, tmp_path / "tenants.json", tmp_path / "acme.zdbkey")
+    return make_deployment(tmp_path)
 
 
 def _open(store: str | int, key_file: str | None, *, patient: bool = False) -> DB:
