@@ -37,6 +37,7 @@ from zerodb_core.btree.blocks import (
 )
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import IntegrityError
+from zerodb_core.lsm.topk import DescendingKey
 from zerodb_core.lsm.tree import TreeView
 
 # Blocks of fewer postings than this are joined with small neighbours when runs merge.
@@ -203,7 +204,7 @@ class TextTree(TreeView):
                 pk = pks[i]
                 if covered and newer.supersede(pk, age):
                     continue
-                entry = (weight(len(where), dls[i]), _Desc(pk))
+                entry = (weight(len(where), dls[i]), DescendingKey(pk))
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
@@ -533,32 +534,6 @@ class _NewerRuns:
             if pk in pks:
                 return True
         return False
-
-
-class _Desc:
-    """A primary key that sorts descending (so ties of score keep the smallest pk); its
-    key is encoded once, when a tie first asks for it."""
-
-    __slots__ = ("_encoded", "value")
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        self._encoded: bytes | None = None
-
-    @property
-    def key(self) -> bytes:
-        if self._encoded is None:
-            self._encoded = encode_key(self.value)
-        return self._encoded
-
-    def __lt__(self, other: _Desc) -> bool:
-        mine, theirs = self.value, other.value
-        if type(mine) is int and type(theirs) is int:  # keys of ints order as the ints
-            return theirs < mine
-        return other.key < self.key
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and self.value == other.value
 
 
 def _best(scored: Iterable[tuple[float, Any]], k: int) -> list[tuple[float, Any]]:

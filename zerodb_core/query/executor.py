@@ -16,6 +16,7 @@ from typing import Any
 from zerodb_core.btree import gather
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import QueryError
+from zerodb_core.lsm.topk import top_of_all
 from zerodb_core.query.operators import And, Expr
 from zerodb_core.query.planner import (
     Complement,
@@ -173,9 +174,11 @@ class Executor:
         their scores; with ``top``, only the ``top`` best.
 
         A search of one word with ``top`` reads blocks of postings in the order of their
-        bounds and stops when none left can enter the top (``TextTree.top_reader``).
-        Otherwise the postings of every word are read, the groups intersected (sets, in
-        C) and only the documents left are scored.
+        bounds and stops when none left can enter the top (``TextTree.top_reader``); of
+        several words (no phrase), candidates of the rarest are weighed against the
+        others' block bounds (MaxScore, :mod:`zerodb_core.lsm.topk`). Otherwise the
+        postings of every word are read, the groups intersected (sets, in C) and only
+        the documents left are scored.
         """
         terms = sorted({t for group in scan.predicate.groups for t in group})
         if not terms:
@@ -186,14 +189,20 @@ class Executor:
         term_keys = [encode_key(term) for term in terms]
         if top is not None and len(terms) == 1 and all(len(g) == 1 for g in scan.predicate.groups):
             # One word (a phrase repeating it is not one: its positions must be checked).
-            def weight_for(df: int):
-                idf = bm25_idf(df, n_docs)
-                return lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
-
-            best = yield from tree.top_reader(term_keys[0], top, weight_for)
+            best = yield from tree.top_reader(
+                term_keys[0], top, lambda df: _weight(df, n_docs, avg_len)
+            )
             return ([pk for _, pk in best], {pk: score for score, pk in best})
         found = yield from tree.terms_reader(term_keys)
         by_term = dict(zip(terms, found))
+        if (
+            top is not None
+            and all(len(g) == 1 for g in scan.predicate.groups)  # no phrase to check
+            and all(by_term[t].live is None for t in terms)  # blocks of live postings only
+        ):
+            words = [(by_term[t].blocks, _weight(by_term[t].df, n_docs, avg_len)) for t in terms]
+            best = top_of_all(words, top)
+            return ([pk for _, pk in best], {pk: score for score, pk in best})
         groups = sorted(scan.predicate.groups, key=lambda g: min(by_term[t].df for t in g))
         by_df = sorted(terms, key=lambda t: by_term[t].df)
         docs = by_term[by_df[0]].documents()
@@ -291,6 +300,13 @@ class Executor:
         for entries in self.view.run(readers):
             pks.extend(unpack(v) for _, v in entries)
         return pks
+
+
+def _weight(df: int, n_docs: int, avg_len: float):
+    """The BM25 weight ``(tf, document length) -> float`` of a word held by ``df`` of
+    ``n_docs`` documents."""
+    idf = bm25_idf(df, n_docs)
+    return lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
 
 
 def _collect(source, out: list) -> None:
