@@ -75,12 +75,23 @@ from blob_server.exceptions import (
     StorageUnavailableError,
     VolatileStorageError,
 )
+from blob_server.frames import DEFAULT_FRAME_TIMEOUT, FrameMemory, read_body
 from blob_server.leases import (
     DEFAULT_LEASE_TIMEOUT,
     MAX_LEASE_WAIT,
     TOKEN_BYTES,
     CommitLeases,
     MemoryCommitLeases,
+)
+from blob_server.limits import (
+    DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FRAME_MEMORY,
+    ConnectionRefusedError,
+    ConnectionTable,
+    RequestRates,
+    TenantLimits,
+    default_tenant_connections,
 )
 from blob_server.storage import Storage
 from blob_server.storage.base import (
@@ -93,12 +104,13 @@ from blob_server.storage.base import (
 )
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
-DEFAULT_MAX_CONNECTIONS = 256
-# One address may not hold more than this many connections, and a connection must log in
-# within LOGIN_DEADLINE seconds: otherwise one peer could fill every slot with idle,
-# anonymous connections and lock everyone else out.
-DEFAULT_MAX_PER_ADDRESS = 32
+# A connection must log in within LOGIN_DEADLINE seconds, and one address may hold only
+# so many anonymous ones (``blob_server.limits``): otherwise one peer could fill every
+# slot with idle, anonymous connections and lock everyone else out.
 LOGIN_DEADLINE = 10.0
+#: Seconds a tenant's fairness limits are taken from the tenants file before it is looked
+#: at again (a stat): changes apply within this time, and no request pays for the stat.
+LIMITS_REFRESH = 1.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
@@ -232,7 +244,10 @@ class BlobServer:
         authenticator: Authenticator,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+        max_anonymous_per_address: int = DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+        tenant_limits: TenantLimits | None = None,
+        max_frame_memory: int = DEFAULT_MAX_FRAME_MEMORY,
+        frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         login_deadline: float = LOGIN_DEADLINE,
         gc_interval: float = DEFAULT_GC_INTERVAL,
@@ -282,15 +297,24 @@ class BlobServer:
         self.max_commit_blobs = max_commit_blobs
         self.max_commit_bytes = max_commit_bytes
         self.auth = authenticator
-        self.max_connections = max_connections
-        self.max_per_address = max_per_address
+        # Fairness (``blob_server.limits``, ``blob_server.frames``): who holds connections,
+        # the frame memory, and each tenant's request rate; ``tenant_limits`` are the
+        # defaults a tenant's entry in the tenants file may override.
+        self.connections = ConnectionTable(max_connections, max_anonymous_per_address)
+        self.tenant_limits = tenant_limits or TenantLimits(
+            max_connections=default_tenant_connections(max_connections)
+        )
+        self.frames = FrameMemory(max_frame_memory)
+        self.frame_timeout = frame_timeout
+        self.rates = RequestRates()
+        self._limits: dict[str, TenantLimits] = {}  # by tenant, as the file said at generation
+        self._limits_generation = -1
+        self._limits_checked = float("-inf")
+        self._sessions: dict[int, Session] = {}
         self.idle_timeout = idle_timeout
         self.login_deadline = login_deadline
-        self._per_address: dict[str, int] = {}
         self.gc_interval = gc_interval
         self.ssl = ssl
-        self.connections = 0
-        self.total_connections = 0
         self.total_requests = 0
         self.pushes_sent = 0
         # (tenant, database) -> the sessions subscribed to its root, by connection id.
@@ -416,16 +440,15 @@ class BlobServer:
         address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
         session = Session(next(_conn_ids), peer, address, writer=writer, reader=reader)
-        if (
-            self.connections >= self.max_connections
-            or self._per_address.get(address, 0) >= self.max_per_address
-        ):
+        try:
+            victim = self.connections.open(session.conn_id, address)
+        except ConnectionRefusedError:
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
             await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
             return
-        self._per_address[address] = self._per_address.get(address, 0) + 1
-        self.connections += 1
-        self.total_connections += 1
+        if victim is not None:
+            self._make_way(victim)
+        self._sessions[session.conn_id] = session
         self._writers.add(writer)
         log_event(logging.INFO, "connected", conn=session.conn_id, peer=peer)
         why = "eof"
@@ -438,10 +461,8 @@ class BlobServer:
                 logging.ERROR, "connection_failed", conn=session.conn_id, error=type(exc).__name__
             )
         finally:
-            self.connections -= 1
-            left = self._per_address.pop(address) - 1
-            if left:
-                self._per_address[address] = left
+            self.connections.close(session.conn_id)
+            del self._sessions[session.conn_id]
             self._writers.discard(writer)
             self._unsubscribe_all(session)
             if self.leases is not None:
@@ -460,6 +481,21 @@ class BlobServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2)
 
+    def _make_way(self, conn_id: int) -> None:
+        """Close the anonymous connection ``conn_id`` (the oldest of its address, or of
+        all) for a newcomer: it is told ``busy``, and its task ends on the closed stream."""
+        session = self._sessions.get(conn_id)
+        if session is None or session.writer is None:
+            return
+        log_event(logging.WARNING, "made_way", conn=conn_id, peer=session.peer)
+        with contextlib.suppress(Exception):
+            session.writer.write(
+                protocol.error_frame(
+                    0, protocol.BUSY, "closed before login to make way for a newer connection"
+                )
+            )
+        session.writer.close()
+
     async def _send_last(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         with contextlib.suppress(Exception):
             writer.write(frame)
@@ -471,35 +507,59 @@ class BlobServer:
     async def _serve(
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> str:
-        """Answer frames until the peer leaves; return why the connection ended."""
+        """Answer frames until the peer leaves; return why the connection ended.
+
+        A frame's header must come within the idle timeout (before login: by the login
+        deadline); its body, within the frame timeout after the header, and only once
+        its bytes are reserved in the frame memory (``blob_server.frames``).
+        """
         loop = asyncio.get_running_loop()
         login_by = loop.time() + self.login_deadline
         while True:
-            anonymous = session.tenant is None
+            tenant = session.tenant
             timeout = self.idle_timeout
-            if anonymous:
+            if tenant is None:
                 timeout = min(timeout, login_by - loop.time())
+            limit = protocol.MAX_PREAUTH_FRAME_BYTES if tenant is None else protocol.MAX_FRAME_BYTES
+            cap = None if tenant is None else self._tenant_limits(tenant).max_frame_memory
+            length: int | None = None
+            reserved = 0
             try:
-                limit = protocol.MAX_PREAUTH_FRAME_BYTES if anonymous else protocol.MAX_FRAME_BYTES
-                if timeout <= 0:
-                    raise TimeoutError
-                body = await asyncio.wait_for(protocol.read_frame(reader, limit), timeout)
+                async with asyncio.timeout(max(timeout, 0)) as deadline:
+                    header = await reader.readexactly(protocol.LENGTH.size)
+                    length = protocol.check_length(header, limit)
+                    deadline.reschedule(loop.time() + self.frame_timeout)
+                    if not self.frames.try_reserve(tenant, length, cap):
+                        await self.frames.reserve(tenant, length, cap)
+                    reserved = length
+                    body = await read_body(reader, length)
+                frame = await self._answer(session, body)
+                del body
             except TimeoutError:
-                why = "login timeout" if anonymous and loop.time() >= login_by else "idle timeout"
+                if length is not None and not reserved:
+                    # No room in the frame memory. The body was not read: the stream cannot
+                    # be resynchronised, so answer and close.
+                    log_event(logging.WARNING, "frame_memory_full", conn=session.conn_id)
+                    why = self.frames.why_full(tenant, length, cap)
+                    return await self._refuse_frame(writer, protocol.BUSY, f"{why}; retry later")
+                if length is not None:
+                    why = "frame timeout"
+                elif tenant is None and loop.time() >= login_by:
+                    why = "login timeout"
+                else:
+                    why = "idle timeout"
                 writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
                 return why.replace(" ", "_")
             except protocol.FrameTooLargeError as exc:
-                # The body was not read: the stream cannot be resynchronised. Answer and close.
-                writer.write(protocol.error_frame(0, exc.code, str(exc)))
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(writer.drain(), 2)
                 log_event(logging.WARNING, "frame_too_large", conn=session.conn_id)
-                return "frame_too_large"
-            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                return await self._refuse_frame(writer, exc.code, str(exc))
+            except asyncio.IncompleteReadError as exc:
+                return "eof" if length is None and not exc.partial else "reset"
+            except (ConnectionError, OSError):
                 return "reset"
-            if body is None:
-                return "eof"
-            frame = await self._answer(session, body)
+            finally:
+                if reserved:
+                    self.frames.release(tenant, reserved)
             if not protocol.write_frame(writer, frame):
                 return "reset"
             # Let go of the answer: its blobs may be views of a storage buffer, which is
@@ -510,7 +570,14 @@ class BlobServer:
             except (TimeoutError, ConnectionError, OSError):
                 return "write_failed"
 
-    async def _answer(self, session: Session, body: bytes) -> tuple[bytes, ...]:
+    async def _refuse_frame(self, writer: asyncio.StreamWriter, code: str, message: str) -> str:
+        """Answer a frame whose body was not read, and end the connection."""
+        writer.write(protocol.error_frame(0, code, message))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.drain(), 2)
+        return "frame_refused" if code == protocol.BUSY else "frame_too_large"
+
+    async def _answer(self, session: Session, body: bytes | bytearray) -> tuple[bytes, ...]:
         """Return the answer frame to one request body, in parts (never raise)."""
         session.requests += 1
         self.total_requests += 1
@@ -522,7 +589,9 @@ class BlobServer:
             handler = self._ops.get(op)
             if handler is None:
                 raise RequestError(protocol.UNKNOWN_OP, f"unknown op {op[:32]!r}")
-            if op not in self._public_ops and session.tenant is None:
+            if session.tenant is not None:
+                self._check_rate(session.tenant)
+            elif op not in self._public_ops:
                 raise RequestError(protocol.UNAUTHENTICATED, "log in first")
             result = await handler(session, request.args)
             frame = self._packer.ok(request_id, result)
@@ -553,15 +622,46 @@ class BlobServer:
             )
         return frame
 
-    def _quota(self, tenant: str) -> Quota:
-        """The tenant's quota as the tenants file says now (a stat per call: a changed
-        file is re-read, so ``set-quota`` needs no restart), else the server default."""
-        registry = self.auth.registry
+    def _check_rate(self, tenant: str) -> None:
+        """Count a request of ``tenant`` against its request rate; refuse it when over."""
+        limits = self._tenant_limits(tenant)
+        wait = self.rates.take(tenant, limits)
+        if wait:
+            retry = "" if wait == float("inf") else f"; retry in {wait:.2f} s"
+            raise RequestError(
+                protocol.RATE_LIMITED,
+                f"tenant {tenant!r} is over its request rate of {limits.rate} a second "
+                f"(burst {limits.bucket}){retry}",
+            )
+
+    def _refresh_tenants(self) -> None:
+        """Re-read the tenants file if it changed (a stat)."""
         try:
-            registry.refresh()
+            self.auth.registry.refresh()
         except Exception as exc:  # keep the last good registry; an admin must fix the file
             log_event(logging.ERROR, "tenants_reload_failed", error=type(exc).__name__)
-        return registry.quota(tenant, self.default_quota)
+
+    def _tenant_limits(self, tenant: str) -> TenantLimits:
+        """The tenant's fairness limits: its own in the tenants file (looked at again at
+        most every ``LIMITS_REFRESH`` seconds), else the server's defaults."""
+        now = time.monotonic()
+        if now >= self._limits_checked + LIMITS_REFRESH:
+            self._limits_checked = now
+            self._refresh_tenants()
+        registry = self.auth.registry
+        if registry.generation != self._limits_generation:
+            self._limits.clear()
+            self._limits_generation = registry.generation
+        limits = self._limits.get(tenant)
+        if limits is None:
+            limits = self._limits[tenant] = registry.tenant_limits(tenant, self.tenant_limits)
+        return limits
+
+    def _quota(self, tenant: str) -> Quota:
+        """The tenant's quota as the tenants file says now (a stat per call: a changed
+        file is re-read, so ``set-limits`` needs no restart), else the server default."""
+        self._refresh_tenants()
+        return self.auth.registry.quota(tenant, self.default_quota)
 
     async def _storage(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a storage call in a worker thread; map its errors to error answers."""
@@ -607,10 +707,18 @@ class BlobServer:
                 code=exc.code,
                 reason=exc.reason,
             )
-            message = (
-                "too many failed logins" if exc.code == protocol.RATE_LIMITED else ("login refused")
-            )
+            # A rate limit says which (its reason names no tenant or key); every other
+            # refusal is the same answer, so it tells nothing about tenants or keys.
+            message = exc.reason if exc.code == protocol.RATE_LIMITED else "login refused"
             raise RequestError(exc.code, message) from None
+        max_connections = self._tenant_limits(tenant).max_connections
+        if not self.connections.log_in(session.conn_id, tenant, max_connections):
+            log_event(logging.WARNING, "login_busy", conn=session.conn_id, tenant=tenant)
+            raise RequestError(
+                protocol.BUSY,
+                f"tenant {tenant!r} holds {self.connections.of_tenant(tenant)} connections, "
+                f"its limit of {max_connections}; retry later",
+            )
         session.tenant = tenant
         log_event(
             logging.INFO,
@@ -882,7 +990,16 @@ class BlobServer:
             answer["durability"] = self.durability.as_dict()
         if self.leases is not None:  # this database's commit lease: held, clients queued
             answer["lease"] = await self.leases.state(session.tenant, _database(args))
+        answer["fairness"] = self._fairness(session.tenant)
         return answer
+
+    def _fairness(self, tenant: str) -> dict[str, int | None]:
+        """The tenant's fairness limits and what it holds of them now."""
+        return {
+            **self._tenant_limits(tenant).as_dict(),
+            "connections": self.connections.of_tenant(tenant),
+            "frame_memory": self.frames.held_by(tenant),
+        }
 
     # -- root pushes -----------------------------------------------------------------------
 

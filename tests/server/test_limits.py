@@ -27,23 +27,25 @@ def wire_from(port: int, source: str) -> Wire:
 def server(tmp_path):
     registry = registry_with(tmp_path / "tenants.json", acme=[KEY])
     running = InProcessServer(
-        MemoryStorage(), Authenticator(registry), max_per_address=3, login_deadline=0.5
+        MemoryStorage(), Authenticator(registry), max_anonymous_per_address=3, login_deadline=0.5
     )
     yield running
     running.stop()
 
 
-def test_one_address_cannot_take_every_connection(server):
+def test_idle_anonymous_connections_make_way_for_newcomers(server):
+    """One address holds at most 3 anonymous connections: a fourth closes the oldest, so
+    idle sockets lock nobody out; logged-in ones leave the address's budget."""
     held = [Wire(server.port) for _ in range(3)]
     for wire in held:
         assert wire.call("ping").ok
-    refused = Wire(server.port)
-    assert refused.recv().result[0] == "busy"
-    refused.close()
-    other = wire_from(server.port, "127.0.0.2")  # another address is still served
-    assert other.call("ping").ok
-    other.close()
-    for wire in held:
+    newcomer = Wire(server.port)
+    assert held[0].recv().result[0] == "busy"  # the oldest made way
+    assert held[0].closed_by_server()
+    assert newcomer.login("acme", KEY)[0].ok
+    more = [Wire(server.port), wire_from(server.port, "127.0.0.2")]
+    assert all(wire.call("ping").ok for wire in [*held[1:], *more])  # nobody else closed
+    for wire in [*held, newcomer, *more]:
         wire.close()
 
 
