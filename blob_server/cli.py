@@ -37,6 +37,7 @@ from blob_server.exceptions import PersistenceUnknownError, StorageError
 from blob_server.frames import DEFAULT_FRAME_TIMEOUT
 from blob_server.leases import DEFAULT_LEASE_TIMEOUT
 from blob_server.limits import (
+    DEFAULT_LOGIN_DEADLINE,
     DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_MEMORY,
@@ -211,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="connections one client address may hold before they log in; a newer one "
         f"closes its oldest (default: {DEFAULT_MAX_ANONYMOUS_PER_ADDRESS})",
+    )
+    serve.add_argument(
+        "--login-deadline",
+        type=float,
+        default=DEFAULT_LOGIN_DEADLINE,
+        metavar="SECONDS",
+        help="a connection that has not logged in this long after connecting is closed "
+        f"(default: {DEFAULT_LOGIN_DEADLINE:g})",
     )
     serve.add_argument(
         "--max-frame-memory",
@@ -494,6 +503,7 @@ def serve(args: argparse.Namespace) -> int:
             Authenticator(registry),
             max_connections=args.max_connections,
             max_anonymous_per_address=args.max_anonymous_per_address,
+            login_deadline=args.login_deadline,
             max_frame_memory=args.max_frame_memory,
             frame_timeout=args.frame_timeout,
             tenant_limits=TenantLimits(

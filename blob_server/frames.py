@@ -8,10 +8,11 @@ nothing stopped one tenant from holding all of it. Now a frame's announced lengt
 budget (anonymous connections' frames, at most 64 KiB, count in the total only). A
 frame that does not fit waits, reading nothing (its bytes stay in the kernel's socket
 buffers, which TCP flow control bounds), until others are done with theirs; one that
-still does not fit after the frame timeout is refused with ``busy`` and its connection
-closed (its body was not read, so the stream cannot go on). The whole frame, waiting
-included, must arrive within the frame timeout, so a stalled frame gives its memory
-back. The reservation is held until the request is answered: its decoded arguments are
+still does not fit after the frame timeout is read and thrown away chunk by chunk
+(holding nothing) and answered ``busy``, so the connection goes on and the client learns
+that this request was not carried out. The whole frame, waiting included, must arrive
+within the frame timeout (a stalled frame gives its memory back: its connection is
+closed). The reservation is held until the request is answered: its decoded arguments are
 the same bytes again.
 
 The body is read in chunks into a growing ``bytearray``, so the memory a frame holds is
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 from typing import Final
+
+import msgpack
 
 from blob_server import protocol
 
@@ -46,6 +49,7 @@ class FrameMemory:
         self.held = 0
         self._tenants: dict[str, int] = {}
         self._waiters: set[asyncio.Future] = set()
+        self._closed = False
 
     def held_by(self, tenant: str) -> int:
         """Bytes the tenant's frames hold now."""
@@ -68,9 +72,11 @@ class FrameMemory:
 
     async def reserve(self, tenant: str | None, size: int, cap: int | None) -> None:
         """Reserve, waiting for room as long as it takes (the caller's frame timeout
-        cancels the wait)."""
+        cancels the wait); raise ``ConnectionAbortedError`` once the server closes."""
         loop = asyncio.get_running_loop()
         while not self.try_reserve(tenant, size, cap):
+            if self._closed:
+                raise ConnectionAbortedError("the server is closing")
             waiter = loop.create_future()
             self._waiters.add(waiter)
             try:
@@ -95,6 +101,15 @@ class FrameMemory:
             left = self._tenants.pop(tenant) - size
             if left:
                 self._tenants[tenant] = left
+        self._wake()
+
+    def close(self) -> None:
+        """End every wait for room (the server is closing: its connections must end by
+        themselves, a handler cancelled instead would be logged as failed)."""
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -113,3 +128,36 @@ async def read_body(reader: asyncio.StreamReader, length: int) -> bytes | bytear
             raise asyncio.IncompleteReadError(b"", length)
         body += chunk
     return body
+
+
+async def discard_body(reader: asyncio.StreamReader, length: int) -> int:
+    """Read a frame body of ``length`` bytes and throw it away, holding at most a chunk;
+    return its request id (0 when its first bytes are no request), to answer it by."""
+    head = b""
+    left = length
+    while left:
+        chunk = await reader.read(min(left, CHUNK_BYTES))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", length)
+        if len(head) < REQUEST_HEAD_BYTES:
+            head += chunk[: REQUEST_HEAD_BYTES - len(head)]
+        left -= len(chunk)
+    return request_id_of(head)
+
+
+#: A request begins with a msgpack array header and its id: at most 1 + 9 bytes.
+REQUEST_HEAD_BYTES: Final = 10
+
+
+def request_id_of(head: bytes) -> int:
+    """The request id the first bytes of a request body carry, or 0."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(head)
+    try:
+        if unpacker.read_array_header() == 3:
+            request_id = unpacker.unpack()
+            if type(request_id) is int and 0 <= request_id <= protocol.MAX_REQUEST_ID:
+                return request_id
+    except Exception:  # msgpack raises several types for short or malformed bytes
+        pass
+    return 0

@@ -35,6 +35,8 @@ from blob_server import protocol
 #: Connections the server holds in all, and anonymous ones per client address.
 DEFAULT_MAX_CONNECTIONS: Final = 256
 DEFAULT_MAX_ANONYMOUS_PER_ADDRESS: Final = 32
+#: Seconds a connection has to log in (then it is closed: anonymous ones hold nothing long).
+DEFAULT_LOGIN_DEADLINE: Final = 10.0
 #: Bytes of frames being received (and answered) at once: all tenants together, and one
 #: tenant. Both are at least one largest frame, so no legitimate request is refused.
 DEFAULT_MAX_FRAME_MEMORY: Final = 256 * 1024 * 1024

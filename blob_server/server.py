@@ -75,7 +75,7 @@ from blob_server.exceptions import (
     StorageUnavailableError,
     VolatileStorageError,
 )
-from blob_server.frames import DEFAULT_FRAME_TIMEOUT, FrameMemory, read_body
+from blob_server.frames import DEFAULT_FRAME_TIMEOUT, FrameMemory, discard_body, read_body
 from blob_server.leases import (
     DEFAULT_LEASE_TIMEOUT,
     MAX_LEASE_WAIT,
@@ -84,6 +84,7 @@ from blob_server.leases import (
     MemoryCommitLeases,
 )
 from blob_server.limits import (
+    DEFAULT_LOGIN_DEADLINE,
     DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_MEMORY,
@@ -104,10 +105,6 @@ from blob_server.storage.base import (
 )
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
-# A connection must log in within LOGIN_DEADLINE seconds, and one address may hold only
-# so many anonymous ones (``blob_server.limits``): otherwise one peer could fill every
-# slot with idle, anonymous connections and lock everyone else out.
-LOGIN_DEADLINE = 10.0
 #: Seconds a tenant's fairness limits are taken from the tenants file before it is looked
 #: at again (a stat): changes apply within this time, and no request pays for the stat.
 LIMITS_REFRESH = 1.0
@@ -249,7 +246,7 @@ class BlobServer:
         max_frame_memory: int = DEFAULT_MAX_FRAME_MEMORY,
         frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-        login_deadline: float = LOGIN_DEADLINE,
+        login_deadline: float = DEFAULT_LOGIN_DEADLINE,
         gc_interval: float = DEFAULT_GC_INTERVAL,
         ssl: ssl_module.SSLContext | None = None,
         push: bool = True,
@@ -372,6 +369,7 @@ class BlobServer:
             self._server.close()
             for writer in list(self._writers):  # idle clients must not hold the shutdown
                 writer.close()
+            self.frames.close()  # nor frames waiting for room
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
@@ -536,23 +534,27 @@ class BlobServer:
                 frame = await self._answer(session, body)
                 del body
             except TimeoutError:
-                if length is not None and not reserved:
-                    # No room in the frame memory. The body was not read: the stream cannot
-                    # be resynchronised, so answer and close.
-                    log_event(logging.WARNING, "frame_memory_full", conn=session.conn_id)
-                    why = self.frames.why_full(tenant, length, cap)
-                    return await self._refuse_frame(writer, protocol.BUSY, f"{why}; retry later")
-                if length is not None:
-                    why = "frame timeout"
-                elif tenant is None and loop.time() >= login_by:
-                    why = "login timeout"
-                else:
-                    why = "idle timeout"
-                writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
-                return why.replace(" ", "_")
+                if length is None or reserved:
+                    if length is not None:
+                        why = "frame timeout"
+                    elif tenant is None and loop.time() >= login_by:
+                        why = "login timeout"
+                    else:
+                        why = "idle timeout"
+                    writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
+                    return why.replace(" ", "_")
+                refusal = await self._refuse_frame(session, reader, tenant, length, cap)
+                if refusal is None:
+                    writer.write(protocol.error_frame(0, protocol.BAD_FRAME, "frame timeout"))
+                    return "frame_timeout"
+                frame = refusal
             except protocol.FrameTooLargeError as exc:
+                # The body was not read: the stream cannot be resynchronised. Answer and close.
+                writer.write(protocol.error_frame(0, exc.code, str(exc)))
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.drain(), 2)
                 log_event(logging.WARNING, "frame_too_large", conn=session.conn_id)
-                return await self._refuse_frame(writer, exc.code, str(exc))
+                return "frame_too_large"
             except asyncio.IncompleteReadError as exc:
                 return "eof" if length is None and not exc.partial else "reset"
             except (ConnectionError, OSError):
@@ -570,12 +572,25 @@ class BlobServer:
             except (TimeoutError, ConnectionError, OSError):
                 return "write_failed"
 
-    async def _refuse_frame(self, writer: asyncio.StreamWriter, code: str, message: str) -> str:
-        """Answer a frame whose body was not read, and end the connection."""
-        writer.write(protocol.error_frame(0, code, message))
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(writer.drain(), 2)
-        return "frame_refused" if code == protocol.BUSY else "frame_too_large"
+    async def _refuse_frame(
+        self,
+        session: Session,
+        reader: asyncio.StreamReader,
+        tenant: str | None,
+        length: int,
+        cap: int | None,
+    ) -> tuple[bytes, ...] | None:
+        """Answer ``busy`` to a frame that found no room in the frame memory within the
+        frame timeout, after reading its body away (holding a chunk at most), so that
+        the connection goes on; None if that fails too (the connection must end)."""
+        why = self.frames.why_full(tenant, length, cap)
+        log_event(logging.WARNING, "frame_refused", conn=session.conn_id, bytes=length)
+        try:
+            async with asyncio.timeout(self.frame_timeout):
+                request_id = await discard_body(reader, length)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+            return None
+        return (protocol.error_frame(request_id, protocol.BUSY, why),)
 
     async def _answer(self, session: Session, body: bytes | bytearray) -> tuple[bytes, ...]:
         """Return the answer frame to one request body, in parts (never raise)."""
@@ -717,7 +732,7 @@ class BlobServer:
             raise RequestError(
                 protocol.BUSY,
                 f"tenant {tenant!r} holds {self.connections.of_tenant(tenant)} connections, "
-                f"its limit of {max_connections}; retry later",
+                f"its limit of {max_connections}",
             )
         session.tenant = tenant
         log_event(
