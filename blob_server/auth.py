@@ -14,6 +14,10 @@
 
 Every failure answers the same ``auth_failed`` error (the reason is logged on the
 server only), so an attacker learns nothing about which tenants or keys exist.
+
+Failed logins are counted per (address, claimed tenant) and per address
+(``LoginFailures``); past either limit, logins are answered ``rate_limited`` until the
+failures age out.
 """
 
 from __future__ import annotations

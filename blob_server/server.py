@@ -42,6 +42,14 @@ count from the moment they are staged. Pending blobs no commit claims within
 ``staging_timeout`` seconds (a client died mid-upload) are deleted by the garbage
 collection task, and their usage given back.
 
+Fairness (``blob_server.limits``, ``blob_server.frames``): a connection counts against
+its address's budget until it logs in (the oldest anonymous one makes way for a
+newcomer) and against its tenant's after; a frame's announced length is reserved in the
+frame memory (the server's and the tenant's) before its body is read, and a frame must
+arrive within the frame timeout; a logged-in tenant's requests are counted against its
+request rate (``rate_limited`` when over). Each limit is a ``serve`` default that the
+tenant's entry in the tenants file may override.
+
 Commit leases (``blob_server.leases``): a client whose commit lost a race asks for the
 database's lease (``acquire_lease``) and waits in a FIFO for its turn; while one client
 holds it, the commits of every other client that takes part in leases (they send a
