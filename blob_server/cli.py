@@ -154,6 +154,15 @@ _LIMIT_OPTIONS: tuple[tuple[str, Callable[[str], int], str, str], ...] = (
 )
 
 
+#: The ``serve --tenant-*`` options of the fairness limits: their default, and what it is.
+_TENANT_DEFAULTS: dict[str, tuple[object, str]] = {
+    "max_connections": (argparse.SUPPRESS, "half of --max-connections"),
+    "max_frame_memory": (DEFAULT_TENANT_FRAME_MEMORY, "64M, also the least"),
+    "rate": (None, "unlimited"),
+    "burst": (None, "one second's worth, the rate"),
+}
+
+
 def _add_limit_options(parser: argparse.ArgumentParser, *, default: bool) -> None:
     """The per-tenant limits (``_LIMIT_OPTIONS``). An option left out is absent from the
     namespace: ``set-limits`` keeps the limit, ``add-tenant`` leaves the server's default."""
@@ -238,38 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
         "long after its header, or its connection is closed (default: "
         f"{DEFAULT_FRAME_TIMEOUT:g})",
     )
-    serve.add_argument(
-        "--tenant-max-connections",
-        type=_limit_parser(parse_count, default=False),
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help="connections one tenant may hold logged in, unless the tenants file says "
-        "otherwise ('unlimited', or default: half of --max-connections)",
-    )
-    serve.add_argument(
-        "--tenant-max-frame-memory",
-        type=_limit_parser(parse_size, default=False),
-        default=DEFAULT_TENANT_FRAME_MEMORY,
-        metavar="SIZE",
-        help="bytes of one tenant's frames being received at once, unless the tenants file "
-        "says otherwise ('unlimited', or at least and by default 64M)",
-    )
-    serve.add_argument(
-        "--tenant-rate",
-        type=_limit_parser(parse_count, default=False),
-        default=None,
-        metavar="N",
-        help="requests a second one tenant may send, unless the tenants file says otherwise; "
-        "more are answered rate_limited (default: unlimited)",
-    )
-    serve.add_argument(
-        "--tenant-burst",
-        type=_limit_parser(parse_count, default=False),
-        default=None,
-        metavar="N",
-        help="requests one tenant may send at once over its rate (default: one second's "
-        "worth, the rate)",
-    )
+    for key, parse, metavar, what in _LIMIT_OPTIONS:
+        if key in _TENANT_DEFAULTS:
+            default, said = _TENANT_DEFAULTS[key]
+            serve.add_argument(
+                "--tenant-" + key.replace("_", "-"),
+                type=_limit_parser(parse, default=False),
+                default=default,
+                metavar=metavar,
+                help=f"{what}, unless the tenants file says otherwise: "
+                f"{'a size' if metavar == 'SIZE' else 'a count'} or 'unlimited' (default: {said})",
+            )
     serve.add_argument(
         "--idle-timeout",
         type=float,
@@ -507,12 +495,12 @@ def serve(args: argparse.Namespace) -> int:
             max_frame_memory=args.max_frame_memory,
             frame_timeout=args.frame_timeout,
             tenant_limits=TenantLimits(
-                max_connections=getattr(
-                    args, "tenant_max_connections", default_tenant_connections(args.max_connections)
-                ),
-                max_frame_memory=args.tenant_max_frame_memory,
-                rate=args.tenant_rate,
-                burst=args.tenant_burst,
+                max_connections=default_tenant_connections(args.max_connections),
+                **{
+                    key: getattr(args, f"tenant_{key}")
+                    for key in _TENANT_DEFAULTS
+                    if f"tenant_{key}" in args
+                },
             ),
             idle_timeout=args.idle_timeout,
             gc_interval=args.gc_interval,
