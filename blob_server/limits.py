@@ -85,7 +85,10 @@ class TenantLimits:
 
     @property
     def bucket(self) -> int:
-        """Requests a full bucket holds (at least one, so a rate of 1/s can be met)."""
+        """Requests a full bucket holds: at least one, so that any rate can be met, but
+        none at a rate of 0 (the tenant may send no request at all)."""
+        if self.rate == 0:
+            return 0
         return max(1, self.rate if self.burst is None else self.burst)
 
     def as_dict(self) -> dict[str, int | None]:
@@ -111,10 +114,6 @@ class ConnectionTable:
     @property
     def total(self) -> int:
         return len(self._anonymous) + len(self._tenant_of)
-
-    @property
-    def anonymous(self) -> int:
-        return len(self._anonymous)
 
     def of_tenant(self, tenant: str) -> int:
         """The tenant's logged-in connections."""

@@ -665,8 +665,11 @@ class RemoteTransport(Transport):
     def server_stats(self, database: str) -> dict:
         """Return the storage statistics of ``database`` (this tenant's only), with
         ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
-        ``max_blobs``, ``max_bytes``; a limit of None means none) and, on a server with
-        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued)."""
+        ``max_blobs``, ``max_bytes``; a limit of None means none), on a server with
+        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued), and
+        on a server with fairness limits, ``fairness``: the tenant's ``max_connections``,
+        ``max_frame_memory``, ``rate``, ``burst`` (None: no limit) and what it holds now,
+        ``connections`` and ``frame_memory`` (bytes)."""
         return self._call("stats", {"database": database})
 
     # -- the storage operations --------------------------------------------------------------
