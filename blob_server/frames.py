@@ -12,8 +12,10 @@ still does not fit after the frame timeout is read and thrown away chunk by chun
 (holding nothing) and answered ``busy``, so the connection goes on and the client learns
 that this request was not carried out. The whole frame, waiting included, must arrive
 within the frame timeout (a stalled frame gives its memory back: its connection is
-closed). The reservation is held until the request is answered: its decoded arguments are
-the same bytes again.
+closed); a frame of at most ``CHUNK_BYTES`` that found room at once has the connection's
+idle deadline instead (a second timer per request cost a fifth of a ping's CPU time),
+so it holds at most that much for that long. The reservation is held until the request
+is answered: its decoded arguments are the same bytes again.
 
 The body is read in chunks into a growing ``bytearray``, so the memory a frame holds is
 what was received (never the announced length up front), and there is no second copy
