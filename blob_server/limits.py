@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from blob_server import protocol
+from blob_server.exceptions import ServerFullError
 
 #: Connections the server holds in all, and anonymous ones per client address.
 DEFAULT_MAX_CONNECTIONS: Final = 256
@@ -49,10 +50,6 @@ def default_tenant_connections(max_connections: int) -> int:
     """The default of a tenant's logged-in connections: half of the server's (at least
     one), so that one tenant never holds them all."""
     return max(1, max_connections // 2)
-
-
-class ConnectionRefusedError(Exception):
-    """Every connection the server may hold is logged in: a newcomer is refused."""
 
 
 def check_frame_memory(value: int | None, what: str) -> int | None:
@@ -122,14 +119,14 @@ class ConnectionTable:
     def open(self, conn_id: int, address: str) -> int | None:
         """Count a new (anonymous) connection from ``address``; return the id of the
         anonymous connection that makes way for it (already forgotten here: the caller
-        closes it), or None. Raise ``ConnectionRefusedError`` when all are logged in."""
+        closes it), or None. Raise ``ServerFullError`` when all are logged in."""
         victim = None
         same_address = self._by_address.get(address)
         if same_address is not None and len(same_address) >= self.max_anonymous_per_address:
             victim = next(iter(same_address))
         elif self.total >= self.max_connections:
             if not self._anonymous:
-                raise ConnectionRefusedError("every connection is logged in")
+                raise ServerFullError("every connection is logged in")
             victim = next(iter(self._anonymous))
         if victim is not None:
             self.close(victim)

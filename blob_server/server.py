@@ -80,6 +80,7 @@ from blob_server.exceptions import (
     InvalidRequestError,
     NotStagedError,
     QuotaExceededError,
+    ServerFullError,
     StorageUnavailableError,
     VolatileStorageError,
 )
@@ -102,7 +103,6 @@ from blob_server.limits import (
     DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_MEMORY,
-    ConnectionRefusedError,
     ConnectionTable,
     RequestRates,
     TenantLimits,
@@ -454,7 +454,7 @@ class BlobServer:
         session = Session(next(_conn_ids), peer, address, writer=writer, reader=reader)
         try:
             victim = self.connections.open(session.conn_id, address)
-        except ConnectionRefusedError:
+        except ServerFullError:
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
             await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
             return

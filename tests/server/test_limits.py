@@ -13,7 +13,7 @@ from coincurve import PrivateKey
 from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.exceptions import InvalidRequestError
-from blob_server.limits import ConnectionRefusedError, ConnectionTable, RequestRates, TenantLimits
+from blob_server.limits import ConnectionTable, RequestRates, ServerFullError, TenantLimits
 from blob_server.storage.memory import MemoryStorage
 from blob_server.tenants import TenantRegistry
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
@@ -95,7 +95,7 @@ def test_the_connection_table_keeps_the_budgets_apart():
     assert table.open(6, "d") == 3  # full: the oldest anonymous one anywhere makes way
     for conn in (4, 5, 6):
         assert table.log_in(conn, f"t{conn}", limit=None)
-    with pytest.raises(ConnectionRefusedError):  # every connection logged in
+    with pytest.raises(ServerFullError):  # every connection logged in
         table.open(7, "e")
     table.close(2)
     assert table.of_tenant("acme") == 0 and table.open(7, "e") is None
