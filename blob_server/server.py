@@ -539,7 +539,9 @@ class BlobServer:
             length: int | None = None
             reserved = 0
             try:
-                async with asyncio.timeout(max(timeout, 0)) as deadline:
+                if timeout <= 0:  # (a timeout of 0 would let frames already buffered in)
+                    raise TimeoutError
+                async with asyncio.timeout(timeout) as deadline:
                     header = await reader.readexactly(protocol.LENGTH.size)
                     length = protocol.check_length(header, limit)
                     if self.frames.try_reserve(tenant, length, cap):
