@@ -42,6 +42,7 @@ from blob_server.limits import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_MEMORY,
     DEFAULT_TENANT_FRAME_MEMORY,
+    FAIRNESS_KEYS,
     TenantLimits,
     default_tenant_connections,
 )
@@ -574,6 +575,10 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The limit columns of the ``stats`` table (the blob count beside the blobs column).
+STATS_LIMITS = ("max_blobs", "max_bytes", *FAIRNESS_KEYS)
+
+
 def _show_limit(value: Limit) -> str:
     return UNLIMITED if value is None else str(value)
 
@@ -645,7 +650,7 @@ def stats(args: argparse.Namespace) -> int:
         print()
         return 0
     header = ("tenant", "database", "seq", "blobs", "bytes", "garbage", "staged")
-    rows = [(*header, *LIMIT_KEYS)]
+    rows = [(*header, *STATS_LIMITS)]
     for entry in report:
         count = len(entry["databases"])
         rows.append(
@@ -657,7 +662,7 @@ def stats(args: argparse.Namespace) -> int:
                 str(entry["bytes"]),
                 "",
                 "",
-                *(_show_limit(entry[key]) for key in LIMIT_KEYS),
+                *(_show_limit(entry[key]) for key in STATS_LIMITS),
             )
         )
         for db in entry["databases"]:
@@ -670,7 +675,7 @@ def stats(args: argparse.Namespace) -> int:
                     str(db["bytes"]),
                     str(db["garbage"]),
                     str(db["staged"]),
-                    *("" for _ in LIMIT_KEYS),
+                    *("" for _ in STATS_LIMITS),
                 )
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

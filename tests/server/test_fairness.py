@@ -300,8 +300,8 @@ def test_stats_shows_each_tenants_limits(dep, servers, capsys):
     assert cli_main(["stats", "--storage", store, "--tenants", str(dep.tenants)]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[3:]}
     assert rows["small"][-len(LIMIT_KEYS) :] == [
-        "default",
         str(MAX_BLOBS),
+        "default",
         str(own["max_connections"]),
         str(own["max_frame_memory"]),
         "2",

@@ -19,12 +19,13 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.auth import Authenticator
-from blob_server.cli import build_parser, parse_size
+from blob_server.cli import STATS_LIMITS, build_parser, parse_size
 from blob_server.cli import main as cli_main
 from blob_server.exceptions import NotStagedError
+from blob_server.limits import FAIRNESS_KEYS
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES, BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
-from blob_server.tenants import DEFAULT, LIMIT_KEYS, TenantRegistry
+from blob_server.tenants import DEFAULT, TenantRegistry
 from tests.core.hr import Employee
 from tests.server.wire import InProcessServer, Wire, registry_with
 from zerodb_core import (
@@ -574,9 +575,9 @@ def test_stats_command_on_sqlite(tmp_path, capsys):
         "bytes",
         "garbage",
         "staged",
-        *LIMIT_KEYS,
+        *STATS_LIMITS,
     ]
-    limits = ["1024", "default", "default", "default", "default", "default"]
+    limits = ["default", "1024", *("default" for _ in FAIRNESS_KEYS)]
     assert table[2].split() == ["acme", "(2", "databases)", "3", "142", *limits]
     assert table[3].split() == ["acme", "logs", "1", "2", "12", "0", "1"]
     with pytest.raises(SystemExit, match="no store at"):
