@@ -14,6 +14,10 @@
 
 Every failure answers the same ``auth_failed`` error (the reason is logged on the
 server only), so an attacker learns nothing about which tenants or keys exist.
+
+Failed logins are counted per (address, claimed tenant) and per address
+(``LoginFailures``); past either limit, logins are answered ``rate_limited`` until the
+failures age out.
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ from blob_server.tenants import PUBLIC_KEY_BYTES, TenantRegistry
 NONCE_TTL = 30.0
 CLOCK_SKEW = 60.0
 MAX_SIGNATURE_BYTES = 72  # DER-encoded secp256k1 ECDSA
-MAX_FAILURES = 10  # failed logins per address ...
-FAILURE_WINDOW = 60.0  # ... within this many seconds, then refused until they age out
-MAX_TRACKED_ADDRESSES = 10_000
+#: Failed logins as one tenant from one address within ``FAILURE_WINDOW`` seconds, after
+#: which that (address, tenant) is refused until they age out ...
+MAX_FAILURES = 10
+#: ... and failed logins from one address for any tenant names: only a client trying
+#: many names gets there (each name stops counting at ``MAX_FAILURES``).
+MAX_ADDRESS_FAILURES = 100
+FAILURE_WINDOW = 60.0
+#: Most (address, tenant) pairs and addresses remembered (a flood of them starts over).
+MAX_TRACKED = 10_000
 
 log = logging.getLogger("blob_server.auth")
 
@@ -55,6 +65,54 @@ class Challenge:
     issued: float
 
 
+class LoginFailures:
+    """Recent failed logins per (address, tenant) and per address.
+
+    *Why both:* counted per address alone, ten failures of one misconfigured client (or
+    of someone else behind the same NAT) locked every tenant at that address out for a
+    minute. Per (address, tenant), a client failing as one tenant locks out only that
+    tenant from that address; the per-address count is the guard against one address
+    trying many tenant names, set high enough that only that reaches it.
+    """
+
+    def __init__(self, *, max_failures: int, max_address_failures: int, window: float) -> None:
+        self.max_failures = max_failures
+        self.max_address_failures = max_address_failures
+        self.window = window
+        self._pairs: dict[tuple[str, str], deque[float]] = {}
+        self._addresses: dict[str, deque[float]] = {}
+
+    def limited(self, address: str, tenant: str, now: float) -> str | None:
+        """Why a login as ``tenant`` from ``address`` is refused now, or None."""
+        if len(self._recent(self._pairs, (address, tenant), now)) >= self.max_failures:
+            return "too many failed logins as this tenant from this address"
+        if len(self._recent(self._addresses, address, now)) >= self.max_address_failures:
+            return "too many failed logins from this address (for many tenant names)"
+        return None
+
+    def add(self, address: str, tenant: str, now: float) -> None:
+        """Count a failed login."""
+        self._recent(self._pairs, (address, tenant), now).append(now)
+        self._recent(self._addresses, address, now).append(now)
+
+    def _recent(self, table: dict, key: object, now: float) -> deque[float]:
+        failures = table.get(key)
+        if failures is None:
+            if len(table) >= MAX_TRACKED:
+                self._prune(table, now)
+            failures = table[key] = deque()
+        while failures and failures[0] <= now - self.window:
+            failures.popleft()
+        return failures
+
+    def _prune(self, table: dict, now: float) -> None:
+        horizon = now - self.window
+        for key in [k for k, f in table.items() if not f or f[-1] <= horizon]:
+            del table[key]
+        if len(table) >= MAX_TRACKED:  # a flood of addresses or names: start over
+            table.clear()
+
+
 class Authenticator:
     """Issue challenges and check logins against a ``TenantRegistry``."""
 
@@ -66,6 +124,7 @@ class Authenticator:
         nonce_ttl: float = NONCE_TTL,
         clock_skew: float = CLOCK_SKEW,
         max_failures: int = MAX_FAILURES,
+        max_address_failures: int = MAX_ADDRESS_FAILURES,
         failure_window: float = FAILURE_WINDOW,
     ) -> None:
         self.registry = registry
@@ -73,9 +132,11 @@ class Authenticator:
         self.clock = clock
         self.nonce_ttl = nonce_ttl
         self.clock_skew = clock_skew
-        self.max_failures = max_failures
-        self.failure_window = failure_window
-        self._failures: dict[str, deque[float]] = {}
+        self.failures = LoginFailures(
+            max_failures=max_failures,
+            max_address_failures=max_address_failures,
+            window=failure_window,
+        )
 
     def challenge(self) -> tuple[Challenge, dict]:
         """Return a new challenge and the answer that carries it."""
@@ -89,29 +150,6 @@ class Authenticator:
         }
         return challenge, answer
 
-    # -- rate limit --------------------------------------------------------------------------
-
-    def _recent_failures(self, address: str, now: float) -> deque[float]:
-        failures = self._failures.get(address)
-        if failures is None:
-            if len(self._failures) >= MAX_TRACKED_ADDRESSES:
-                self._prune(now)
-            failures = self._failures[address] = deque()
-        while failures and failures[0] <= now - self.failure_window:
-            failures.popleft()
-        return failures
-
-    def _prune(self, now: float) -> None:
-        horizon = now - self.failure_window
-        for address in [a for a, f in self._failures.items() if not f or f[-1] <= horizon]:
-            del self._failures[address]
-        if len(self._failures) >= MAX_TRACKED_ADDRESSES:  # a flood of addresses: start over
-            self._failures.clear()
-
-    def is_limited(self, address: str) -> bool:
-        """Whether ``address`` has failed too many logins recently."""
-        return len(self._recent_failures(address, self.clock())) >= self.max_failures
-
     # -- login -------------------------------------------------------------------------------
 
     def login(self, address: str, challenge: Challenge | None, args: dict) -> tuple[str, bytes]:
@@ -120,15 +158,15 @@ class Authenticator:
         The caller must drop ``challenge`` before calling (single use).
         """
         now = self.clock()
-        failures = self._recent_failures(address, now)
-        if len(failures) >= self.max_failures:
-            raise LoginRefusedError(
-                protocol.RATE_LIMITED, "too many failed logins from this address"
-            )
+        claimed = args.get("tenant")
+        tenant = claimed if type(claimed) is str and len(claimed) <= 64 else ""
+        limited = self.failures.limited(address, tenant, now)
+        if limited is not None:
+            raise LoginRefusedError(protocol.RATE_LIMITED, limited)
         try:
             return self._check(challenge, args, now)
         except LoginRefusedError:
-            failures.append(now)
+            self.failures.add(address, tenant, now)
             raise
 
     def _check(self, challenge: Challenge | None, args: dict, now: float) -> tuple[str, bytes]:

@@ -5,7 +5,7 @@ Examples::
     zerodb-server add-tenant acme --max-bytes 10G --storage sqlite:///var/blobs.zdb
     zerodb-server add-key acme 02ab...  --storage sqlite:///var/blobs.zdb
     zerodb-server serve --bind 127.0.0.1:8001 --storage sqlite:///var/blobs.zdb
-    zerodb-server set-quota acme --max-blobs 1000000 --storage sqlite:///var/blobs.zdb
+    zerodb-server set-limits acme --max-blobs 1000000 --rate 500 --storage sqlite:///var/blobs.zdb
     zerodb-server stats --storage sqlite:///var/blobs.zdb --json
     zerodb-server check --bind 127.0.0.1:8001
 
@@ -34,7 +34,18 @@ from typing import Any
 from blob_server import protocol
 from blob_server.durability import ASSUMABLE
 from blob_server.exceptions import PersistenceUnknownError, StorageError
+from blob_server.frames import DEFAULT_FRAME_TIMEOUT
 from blob_server.leases import DEFAULT_LEASE_TIMEOUT
+from blob_server.limits import (
+    DEFAULT_LOGIN_DEADLINE,
+    DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FRAME_MEMORY,
+    DEFAULT_TENANT_FRAME_MEMORY,
+    FAIRNESS_KEYS,
+    TenantLimits,
+    default_tenant_connections,
+)
 from blob_server.storage.base import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -43,7 +54,7 @@ from blob_server.storage.base import (
     MAX_QUOTA,
     Quota,
 )
-from blob_server.tenants import DEFAULT, Limit, TenantRegistry
+from blob_server.tenants import DEFAULT, LIMIT_KEYS, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
 
@@ -77,9 +88,9 @@ def parse_size(value: str) -> int:
 
 
 def parse_count(value: str) -> int:
-    """Parse a count of blobs (a non-negative int, at most 2**53)."""
+    """Parse a count (of blobs, connections, requests: a non-negative int, at most 2**53)."""
     if not re.fullmatch(r"[0-9]+", value.strip()) or int(value) > MAX_QUOTA:
-        raise argparse.ArgumentTypeError(f"expected a count of blobs, not {value!r}")
+        raise argparse.ArgumentTypeError(f"expected a count, not {value!r}")
     return int(value)
 
 
@@ -122,24 +133,49 @@ def _add_tenant_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_quota_options(parser: argparse.ArgumentParser, *, default: bool) -> None:
-    """``--max-bytes``/``--max-blobs``. An option left out is absent from the namespace:
-    ``set-quota`` keeps the limit, ``add-tenant`` leaves the server's default to apply."""
+#: The per-tenant limit options of ``add-tenant`` and ``set-limits``: the tenants file key
+#: (the dest), how a value parses, what it limits.
+_LIMIT_OPTIONS: tuple[tuple[str, Callable[[str], int], str, str], ...] = (
+    ("max_bytes", parse_size, "SIZE", "most bytes the tenant may store (blobs, roots, keyrings)"),
+    ("max_blobs", parse_count, "N", "most blobs the tenant may store"),
+    ("max_connections", parse_count, "N", "most connections the tenant may hold logged in"),
+    (
+        "max_frame_memory",
+        parse_size,
+        "SIZE",
+        "most bytes of the tenant's frames being received at once (at least 64M)",
+    ),
+    ("rate", parse_count, "N", "most requests a second the tenant may send"),
+    (
+        "burst",
+        parse_count,
+        "N",
+        "requests at once over the rate ('unlimited': as many as the rate)",
+    ),
+)
+
+
+#: The ``serve --tenant-*`` options of the fairness limits: their default, and what it is.
+_TENANT_DEFAULTS: dict[str, tuple[object, str]] = {
+    "max_connections": (argparse.SUPPRESS, "half of --max-connections"),
+    "max_frame_memory": (DEFAULT_TENANT_FRAME_MEMORY, "64M, also the least"),
+    "rate": (None, "unlimited"),
+    "burst": (None, "one second's worth, the rate"),
+}
+
+
+def _add_limit_options(parser: argparse.ArgumentParser, *, default: bool) -> None:
+    """The per-tenant limits (``_LIMIT_OPTIONS``). An option left out is absent from the
+    namespace: ``set-limits`` keeps the limit, ``add-tenant`` leaves the server's default."""
     words = ", 'unlimited' or 'default' (the server's)" if default else " or 'unlimited'"
-    parser.add_argument(
-        "--max-bytes",
-        type=_limit_parser(parse_size, default=default),
-        default=argparse.SUPPRESS,
-        metavar="SIZE",
-        help=f"most bytes the tenant may store (blobs, roots, keyrings): a size{words}",
-    )
-    parser.add_argument(
-        "--max-blobs",
-        type=_limit_parser(parse_count, default=default),
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help=f"most blobs the tenant may store: a count{words}",
-    )
+    for key, parse, metavar, what in _LIMIT_OPTIONS:
+        parser.add_argument(
+            "--" + key.replace("_", "-"),
+            type=_limit_parser(parse, default=default),
+            default=argparse.SUPPRESS,
+            metavar=metavar,
+            help=f"{what}: {'a size' if metavar == 'SIZE' else 'a count'}{words}",
+        )
 
 
 def _add_storage_options(parser: argparse.ArgumentParser, *, default: str | None) -> None:
@@ -172,7 +208,57 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_options(serve, default="memory://")
     serve.add_argument("--tls-cert", metavar="PEM", help="certificate chain for TLS")
     serve.add_argument("--tls-key", metavar="PEM", help="private key for TLS")
-    serve.add_argument("--max-connections", type=int, default=256, help="default: 256")
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections held at once; when all are taken, the oldest one that has not "
+        f"logged in makes way for a newcomer (default: {DEFAULT_MAX_CONNECTIONS})",
+    )
+    serve.add_argument(
+        "--max-anonymous-per-address",
+        type=int,
+        default=DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+        metavar="N",
+        help="connections one client address may hold before they log in; a newer one "
+        f"closes its oldest (default: {DEFAULT_MAX_ANONYMOUS_PER_ADDRESS})",
+    )
+    serve.add_argument(
+        "--login-deadline",
+        type=float,
+        default=DEFAULT_LOGIN_DEADLINE,
+        metavar="SECONDS",
+        help="a connection that has not logged in this long after connecting is closed "
+        f"(default: {DEFAULT_LOGIN_DEADLINE:g})",
+    )
+    serve.add_argument(
+        "--max-frame-memory",
+        type=parse_size,
+        default=DEFAULT_MAX_FRAME_MEMORY,
+        metavar="SIZE",
+        help="bytes of frames being received at once, all tenants together; a frame that "
+        "does not fit waits (default: 256M; at least 64M)",
+    )
+    serve.add_argument(
+        "--frame-timeout",
+        type=float,
+        default=DEFAULT_FRAME_TIMEOUT,
+        metavar="SECONDS",
+        help="a frame must arrive whole (waiting for frame memory included) within this "
+        "long after its header, or its connection is closed (default: "
+        f"{DEFAULT_FRAME_TIMEOUT:g})",
+    )
+    for key, parse, metavar, what in _LIMIT_OPTIONS:
+        if key in _TENANT_DEFAULTS:
+            default, said = _TENANT_DEFAULTS[key]
+            serve.add_argument(
+                "--tenant-" + key.replace("_", "-"),
+                type=_limit_parser(parse, default=False),
+                default=default,
+                metavar=metavar,
+                help=f"{what}, unless the tenants file says otherwise: "
+                f"{'a size' if metavar == 'SIZE' else 'a count'} or 'unlimited' (default: {said})",
+            )
     serve.add_argument(
         "--idle-timeout",
         type=float,
@@ -283,18 +369,20 @@ def build_parser() -> argparse.ArgumentParser:
         "one, the server's --default-max-bytes/--default-max-blobs apply.",
     )
     add_tenant.add_argument("name", help="1-64 letters, digits, '_', '.', '-'")
-    _add_quota_options(add_tenant, default=False)
+    _add_limit_options(add_tenant, default=False)
     _add_tenant_options(add_tenant)
 
-    set_quota = sub.add_parser(
-        "set-quota",
-        help="change a tenant's quota",
-        description="Change a tenant's quota; running servers enforce it from their next "
-        "write on (no restart). An option left out keeps its value.",
+    set_limits = sub.add_parser(
+        "set-limits",
+        aliases=["set-quota"],
+        help="change a tenant's quota and limits",
+        description="Change a tenant's quota or fairness limits; running servers apply "
+        "them without a restart (a quota from the next write, the others within a second). "
+        "An option left out keeps its value. (set-quota is its older name.)",
     )
-    set_quota.add_argument("tenant")
-    _add_quota_options(set_quota, default=True)
-    _add_tenant_options(set_quota)
+    set_limits.add_argument("tenant")
+    _add_limit_options(set_limits, default=True)
+    _add_tenant_options(set_limits)
 
     add_key = sub.add_parser(
         "add-key",
@@ -318,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     list_tenants = sub.add_parser(
         "list-tenants",
         help="list tenants and keys",
-        description="Print the server id, then each tenant with its quota and keys.",
+        description="Print the server id, then each tenant with its limits and keys.",
     )
     _add_tenant_options(list_tenants)
 
@@ -326,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
         "stats",
         help="print each tenant's usage",
         description="Print each tenant's usage (blobs; bytes of blobs, roots and keyrings), "
-        "its quota and its databases (seq, blobs, blob bytes, garbage waiting for "
-        "collection, staged blobs no commit has made live yet), read from "
+        "its quota and fairness limits (default: the server's) and its databases (seq, "
+        "blobs, blob bytes, garbage waiting for collection, staged blobs no commit has made "
+        "live yet), read from "
         "the storage. Tenants come from the tenants file and, for SQLite, the store itself; "
         "Redis keeps no names, so its databases are listed by their opaque tag.",
     )
@@ -402,6 +491,18 @@ def serve(args: argparse.Namespace) -> int:
             storage,
             Authenticator(registry),
             max_connections=args.max_connections,
+            max_anonymous_per_address=args.max_anonymous_per_address,
+            login_deadline=args.login_deadline,
+            max_frame_memory=args.max_frame_memory,
+            frame_timeout=args.frame_timeout,
+            tenant_limits=TenantLimits(
+                max_connections=default_tenant_connections(args.max_connections),
+                **{
+                    key: getattr(args, f"tenant_{key}")
+                    for key in _TENANT_DEFAULTS
+                    if f"tenant_{key}" in args
+                },
+            ),
             idle_timeout=args.idle_timeout,
             gc_interval=args.gc_interval,
             ssl=_tls_context(args),
@@ -474,8 +575,21 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The limit columns of the ``stats`` table (the blob count beside the blobs column).
+STATS_LIMITS = ("max_blobs", "max_bytes", *FAIRNESS_KEYS)
+
+
 def _show_limit(value: Limit) -> str:
     return UNLIMITED if value is None else str(value)
+
+
+def _show_limits(limits: dict[str, Limit], sep: str) -> str:
+    return sep.join(f"{key} {_show_limit(limits[key])}" for key in LIMIT_KEYS)
+
+
+def _limit_args(args: argparse.Namespace) -> dict[str, Limit]:
+    """The limit options given (``_LIMIT_OPTIONS``), by tenants file key."""
+    return {key: getattr(args, key) for key in LIMIT_KEYS if key in args}
 
 
 def stats(args: argparse.Namespace) -> int:
@@ -508,8 +622,7 @@ def stats(args: argparse.Namespace) -> int:
                     "registered": tenant in known,
                     "blobs": usage.blobs,
                     "bytes": usage.bytes,
-                    "max_blobs": limits.get("max_blobs", DEFAULT),
-                    "max_bytes": limits.get("max_bytes", DEFAULT),
+                    **{key: limits.get(key, DEFAULT) for key in LIMIT_KEYS},
                     "databases": [
                         {
                             "database": db.label,
@@ -537,7 +650,7 @@ def stats(args: argparse.Namespace) -> int:
         print()
         return 0
     header = ("tenant", "database", "seq", "blobs", "bytes", "garbage", "staged")
-    rows = [(*header, "max_blobs", "max_bytes")]
+    rows = [(*header, *STATS_LIMITS)]
     for entry in report:
         count = len(entry["databases"])
         rows.append(
@@ -549,8 +662,7 @@ def stats(args: argparse.Namespace) -> int:
                 str(entry["bytes"]),
                 "",
                 "",
-                _show_limit(entry["max_blobs"]),
-                _show_limit(entry["max_bytes"]),
+                *(_show_limit(entry[key]) for key in STATS_LIMITS),
             )
         )
         for db in entry["databases"]:
@@ -563,8 +675,7 @@ def stats(args: argparse.Namespace) -> int:
                     str(db["bytes"]),
                     str(db["garbage"]),
                     str(db["staged"]),
-                    "",
-                    "",
+                    *("" for _ in STATS_LIMITS),
                 )
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -590,21 +701,15 @@ def main(argv: list[str] | None = None) -> int:
     registry = TenantRegistry(tenants_path(args))
     try:
         if args.command == "add-tenant":
-            registry.add_tenant(
-                args.name,
-                max_bytes=getattr(args, "max_bytes", DEFAULT),
-                max_blobs=getattr(args, "max_blobs", DEFAULT),
-            )
+            registry.add_tenant(args.name, **_limit_args(args))
             print(f"tenant {args.name} added ({registry.path})")
-        elif args.command == "set-quota":
-            changes = {key: getattr(args, key) for key in ("max_bytes", "max_blobs") if key in args}
+        elif args.command in ("set-limits", "set-quota"):
+            changes = _limit_args(args)
             if not changes:
-                raise SystemExit("error: give --max-bytes and/or --max-blobs")
-            limits = registry.set_quota(args.tenant, **changes)
-            print(
-                f"tenant {args.tenant}: max_bytes {_show_limit(limits['max_bytes'])}, "
-                f"max_blobs {_show_limit(limits['max_blobs'])}"
-            )
+                options = ", ".join("--" + key.replace("_", "-") for key in LIMIT_KEYS)
+                raise SystemExit(f"error: give at least one of {options}")
+            limits = registry.set_limits(args.tenant, **changes)
+            print(f"tenant {args.tenant}: {_show_limits(limits, ', ')}")
         elif args.command == "add-key":
             key = registry.add_key(args.tenant, args.pubkey)
             print(f"key {key} registered for tenant {args.tenant}")
@@ -614,11 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "list-tenants":
             print(f"server id: {registry.server_id or '-'}")
             for name, keys in registry.tenants().items():
-                limits = registry.limits(name)
-                print(
-                    f"{name}  max_bytes {_show_limit(limits['max_bytes'])}  "
-                    f"max_blobs {_show_limit(limits['max_blobs'])}"
-                )
+                print(f"{name}  {_show_limits(registry.limits(name), '  ')}")
                 for key in keys:
                     print(f"  {key}")
     except StorageError as exc:

@@ -56,3 +56,7 @@ class QuotaExceededError(StorageError):
         self.used = used
         self.adding = adding
         self.limit = limit
+
+
+class ServerFullError(Exception):
+    """Every connection the server may hold is logged in: a newcomer is refused (``busy``)."""

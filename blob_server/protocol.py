@@ -393,21 +393,6 @@ def check_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
     return length
 
 
-async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes | None:
-    """Read one frame body from an asyncio stream; None at a clean end of stream.
-
-    Raise ``FrameTooLargeError`` for an oversized header and ``asyncio.IncompleteReadError``
-    for a stream that ends inside a frame.
-    """
-    try:
-        header = await reader.readexactly(LENGTH.size)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise
-    return await reader.readexactly(check_length(header, limit))
-
-
 #: Frames up to this size are joined and sent with one write (larger ones by reference).
 SMALL_FRAME_BYTES: Final = 64 * 1024
 

@@ -42,6 +42,14 @@ count from the moment they are staged. Pending blobs no commit claims within
 ``staging_timeout`` seconds (a client died mid-upload) are deleted by the garbage
 collection task, and their usage given back.
 
+Fairness (``blob_server.limits``, ``blob_server.frames``): a connection counts against
+its address's budget until it logs in (the oldest anonymous one makes way for a
+newcomer) and against its tenant's after; a frame's announced length is reserved in the
+frame memory (the server's and the tenant's) before its body is read, and a frame must
+arrive within the frame timeout; a logged-in tenant's requests are counted against its
+request rate (``rate_limited`` when over). Each limit is a ``serve`` default that the
+tenant's entry in the tenants file may override.
+
 Commit leases (``blob_server.leases``): a client whose commit lost a race asks for the
 database's lease (``acquire_lease``) and waits in a FIFO for its turn; while one client
 holds it, the commits of every other client that takes part in leases (they send a
@@ -72,8 +80,16 @@ from blob_server.exceptions import (
     InvalidRequestError,
     NotStagedError,
     QuotaExceededError,
+    ServerFullError,
     StorageUnavailableError,
     VolatileStorageError,
+)
+from blob_server.frames import (
+    CHUNK_BYTES,
+    DEFAULT_FRAME_TIMEOUT,
+    FrameMemory,
+    discard_body,
+    read_body,
 )
 from blob_server.leases import (
     DEFAULT_LEASE_TIMEOUT,
@@ -81,6 +97,16 @@ from blob_server.leases import (
     TOKEN_BYTES,
     CommitLeases,
     MemoryCommitLeases,
+)
+from blob_server.limits import (
+    DEFAULT_LOGIN_DEADLINE,
+    DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FRAME_MEMORY,
+    ConnectionTable,
+    RequestRates,
+    TenantLimits,
+    default_tenant_connections,
 )
 from blob_server.storage import Storage
 from blob_server.storage.base import (
@@ -93,12 +119,9 @@ from blob_server.storage.base import (
 )
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
-DEFAULT_MAX_CONNECTIONS = 256
-# One address may not hold more than this many connections, and a connection must log in
-# within LOGIN_DEADLINE seconds: otherwise one peer could fill every slot with idle,
-# anonymous connections and lock everyone else out.
-DEFAULT_MAX_PER_ADDRESS = 32
-LOGIN_DEADLINE = 10.0
+#: Seconds a tenant's fairness limits are taken from the tenants file before it is looked
+#: at again (a stat): changes apply within this time, and no request pays for the stat.
+LIMITS_REFRESH = 1.0
 DEFAULT_IDLE_TIMEOUT = 300.0
 DEFAULT_GC_INTERVAL = 60.0
 WRITE_TIMEOUT = 30.0
@@ -232,9 +255,12 @@ class BlobServer:
         authenticator: Authenticator,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        max_per_address: int = DEFAULT_MAX_PER_ADDRESS,
+        max_anonymous_per_address: int = DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
+        tenant_limits: TenantLimits | None = None,
+        max_frame_memory: int = DEFAULT_MAX_FRAME_MEMORY,
+        frame_timeout: float = DEFAULT_FRAME_TIMEOUT,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-        login_deadline: float = LOGIN_DEADLINE,
+        login_deadline: float = DEFAULT_LOGIN_DEADLINE,
         gc_interval: float = DEFAULT_GC_INTERVAL,
         ssl: ssl_module.SSLContext | None = None,
         push: bool = True,
@@ -282,15 +308,24 @@ class BlobServer:
         self.max_commit_blobs = max_commit_blobs
         self.max_commit_bytes = max_commit_bytes
         self.auth = authenticator
-        self.max_connections = max_connections
-        self.max_per_address = max_per_address
+        # Fairness (``blob_server.limits``, ``blob_server.frames``): who holds connections,
+        # the frame memory, and each tenant's request rate; ``tenant_limits`` are the
+        # defaults a tenant's entry in the tenants file may override.
+        self.connections = ConnectionTable(max_connections, max_anonymous_per_address)
+        self.tenant_limits = tenant_limits or TenantLimits(
+            max_connections=default_tenant_connections(max_connections)
+        )
+        self.frames = FrameMemory(max_frame_memory)
+        self.frame_timeout = frame_timeout
+        self.rates = RequestRates()
+        self._limits: dict[str, TenantLimits] = {}  # by tenant, as the file said at generation
+        self._limits_generation = -1
+        self._limits_checked = float("-inf")
+        self._sessions: dict[int, Session] = {}
         self.idle_timeout = idle_timeout
         self.login_deadline = login_deadline
-        self._per_address: dict[str, int] = {}
         self.gc_interval = gc_interval
         self.ssl = ssl
-        self.connections = 0
-        self.total_connections = 0
         self.total_requests = 0
         self.pushes_sent = 0
         # (tenant, database) -> the sessions subscribed to its root, by connection id.
@@ -348,6 +383,7 @@ class BlobServer:
             self._server.close()
             for writer in list(self._writers):  # idle clients must not hold the shutdown
                 writer.close()
+            self.frames.close()  # nor frames waiting for room
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
@@ -416,16 +452,15 @@ class BlobServer:
         address = str(peername[0]) if isinstance(peername, tuple) else str(peername)
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else address
         session = Session(next(_conn_ids), peer, address, writer=writer, reader=reader)
-        if (
-            self.connections >= self.max_connections
-            or self._per_address.get(address, 0) >= self.max_per_address
-        ):
+        try:
+            victim = self.connections.open(session.conn_id, address)
+        except ServerFullError:
             log_event(logging.WARNING, "refused", conn=session.conn_id, peer=peer, why="busy")
             await self._send_last(writer, protocol.error_frame(0, protocol.BUSY, "server busy"))
             return
-        self._per_address[address] = self._per_address.get(address, 0) + 1
-        self.connections += 1
-        self.total_connections += 1
+        if victim is not None:
+            self._make_way(victim)
+        self._sessions[session.conn_id] = session
         self._writers.add(writer)
         log_event(logging.INFO, "connected", conn=session.conn_id, peer=peer)
         why = "eof"
@@ -438,10 +473,8 @@ class BlobServer:
                 logging.ERROR, "connection_failed", conn=session.conn_id, error=type(exc).__name__
             )
         finally:
-            self.connections -= 1
-            left = self._per_address.pop(address) - 1
-            if left:
-                self._per_address[address] = left
+            self.connections.close(session.conn_id)
+            del self._sessions[session.conn_id]
             self._writers.discard(writer)
             self._unsubscribe_all(session)
             if self.leases is not None:
@@ -460,6 +493,21 @@ class BlobServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2)
 
+    def _make_way(self, conn_id: int) -> None:
+        """Close the anonymous connection ``conn_id`` (the oldest of its address, or of
+        all) for a newcomer: it is told ``busy``, and its task ends on the closed stream."""
+        session = self._sessions.get(conn_id)
+        if session is None or session.writer is None:
+            return
+        log_event(logging.WARNING, "made_way", conn=conn_id, peer=session.peer)
+        with contextlib.suppress(Exception):
+            session.writer.write(
+                protocol.error_frame(
+                    0, protocol.BUSY, "closed before login to make way for a newer connection"
+                )
+            )
+        session.writer.close()
+
     async def _send_last(self, writer: asyncio.StreamWriter, frame: bytes) -> None:
         with contextlib.suppress(Exception):
             writer.write(frame)
@@ -471,23 +519,58 @@ class BlobServer:
     async def _serve(
         self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> str:
-        """Answer frames until the peer leaves; return why the connection ended."""
+        """Answer frames until the peer leaves; return why the connection ended.
+
+        A frame's header must come within the idle timeout (before login: by the login
+        deadline), and its body is read only once its bytes are reserved in the frame
+        memory (``blob_server.frames``). A frame larger than ``CHUNK_BYTES``, or one that
+        waited for room, must arrive within the frame timeout after its header; a smaller
+        one within the idle deadline.
+        """
         loop = asyncio.get_running_loop()
         login_by = loop.time() + self.login_deadline
         while True:
-            anonymous = session.tenant is None
+            tenant = session.tenant
             timeout = self.idle_timeout
-            if anonymous:
+            if tenant is None:
                 timeout = min(timeout, login_by - loop.time())
+            limit = protocol.MAX_PREAUTH_FRAME_BYTES if tenant is None else protocol.MAX_FRAME_BYTES
+            cap = None if tenant is None else self._tenant_limits(tenant).max_frame_memory
+            length: int | None = None
+            reserved = 0
             try:
-                limit = protocol.MAX_PREAUTH_FRAME_BYTES if anonymous else protocol.MAX_FRAME_BYTES
-                if timeout <= 0:
+                if timeout <= 0:  # (a timeout of 0 would let frames already buffered in)
                     raise TimeoutError
-                body = await asyncio.wait_for(protocol.read_frame(reader, limit), timeout)
+                async with asyncio.timeout(timeout) as deadline:
+                    header = await reader.readexactly(protocol.LENGTH.size)
+                    length = protocol.check_length(header, limit)
+                    if self.frames.try_reserve(tenant, length, cap):
+                        reserved = length
+                    if length > CHUNK_BYTES or not reserved:
+                        # A small frame read at once keeps the idle deadline: a second
+                        # timer per request cost a fifth of a ping's CPU time.
+                        deadline.reschedule(loop.time() + self.frame_timeout)
+                    if not reserved:
+                        await self.frames.reserve(tenant, length, cap)
+                        reserved = length
+                    body = await read_body(reader, length)
+                frame = await self._answer(session, body)
+                del body
             except TimeoutError:
-                why = "login timeout" if anonymous and loop.time() >= login_by else "idle timeout"
-                writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
-                return why.replace(" ", "_")
+                if length is None or reserved:
+                    if length is not None:
+                        why = "frame timeout"
+                    elif tenant is None and loop.time() >= login_by:
+                        why = "login timeout"
+                    else:
+                        why = "idle timeout"
+                    writer.write(protocol.error_frame(0, protocol.BAD_FRAME, why))
+                    return why.replace(" ", "_")
+                refusal = await self._refuse_frame(session, reader, tenant, length, cap)
+                if refusal is None:
+                    writer.write(protocol.error_frame(0, protocol.BAD_FRAME, "frame timeout"))
+                    return "frame_timeout"
+                frame = refusal
             except protocol.FrameTooLargeError as exc:
                 # The body was not read: the stream cannot be resynchronised. Answer and close.
                 writer.write(protocol.error_frame(0, exc.code, str(exc)))
@@ -495,11 +578,13 @@ class BlobServer:
                     await asyncio.wait_for(writer.drain(), 2)
                 log_event(logging.WARNING, "frame_too_large", conn=session.conn_id)
                 return "frame_too_large"
-            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            except asyncio.IncompleteReadError as exc:
+                return "eof" if length is None and not exc.partial else "reset"
+            except (ConnectionError, OSError):
                 return "reset"
-            if body is None:
-                return "eof"
-            frame = await self._answer(session, body)
+            finally:
+                if reserved:
+                    self.frames.release(tenant, reserved)
             if not protocol.write_frame(writer, frame):
                 return "reset"
             # Let go of the answer: its blobs may be views of a storage buffer, which is
@@ -510,7 +595,27 @@ class BlobServer:
             except (TimeoutError, ConnectionError, OSError):
                 return "write_failed"
 
-    async def _answer(self, session: Session, body: bytes) -> tuple[bytes, ...]:
+    async def _refuse_frame(
+        self,
+        session: Session,
+        reader: asyncio.StreamReader,
+        tenant: str | None,
+        length: int,
+        cap: int | None,
+    ) -> tuple[bytes, ...] | None:
+        """Answer ``busy`` to a frame that found no room in the frame memory within the
+        frame timeout, after reading its body away (holding a chunk at most), so that
+        the connection goes on; None if that fails too (the connection must end)."""
+        why = self.frames.why_full(tenant, length, cap)
+        log_event(logging.WARNING, "frame_refused", conn=session.conn_id, bytes=length)
+        try:
+            async with asyncio.timeout(self.frame_timeout):
+                request_id = await discard_body(reader, length)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError):
+            return None
+        return (protocol.error_frame(request_id, protocol.BUSY, why),)
+
+    async def _answer(self, session: Session, body: bytes | bytearray) -> tuple[bytes, ...]:
         """Return the answer frame to one request body, in parts (never raise)."""
         session.requests += 1
         self.total_requests += 1
@@ -522,7 +627,9 @@ class BlobServer:
             handler = self._ops.get(op)
             if handler is None:
                 raise RequestError(protocol.UNKNOWN_OP, f"unknown op {op[:32]!r}")
-            if op not in self._public_ops and session.tenant is None:
+            if session.tenant is not None:
+                self._check_rate(session.tenant)
+            elif op not in self._public_ops:
                 raise RequestError(protocol.UNAUTHENTICATED, "log in first")
             result = await handler(session, request.args)
             frame = self._packer.ok(request_id, result)
@@ -553,15 +660,46 @@ class BlobServer:
             )
         return frame
 
-    def _quota(self, tenant: str) -> Quota:
-        """The tenant's quota as the tenants file says now (a stat per call: a changed
-        file is re-read, so ``set-quota`` needs no restart), else the server default."""
-        registry = self.auth.registry
+    def _check_rate(self, tenant: str) -> None:
+        """Count a request of ``tenant`` against its request rate; refuse it when over."""
+        limits = self._tenant_limits(tenant)
+        wait = self.rates.take(tenant, limits)
+        if wait:
+            retry = "" if wait == float("inf") else f"; retry in {wait:.2f} s"
+            raise RequestError(
+                protocol.RATE_LIMITED,
+                f"tenant {tenant!r} is over its request rate of {limits.rate} a second "
+                f"(burst {limits.bucket}){retry}",
+            )
+
+    def _refresh_tenants(self) -> None:
+        """Re-read the tenants file if it changed (a stat)."""
         try:
-            registry.refresh()
+            self.auth.registry.refresh()
         except Exception as exc:  # keep the last good registry; an admin must fix the file
             log_event(logging.ERROR, "tenants_reload_failed", error=type(exc).__name__)
-        return registry.quota(tenant, self.default_quota)
+
+    def _tenant_limits(self, tenant: str) -> TenantLimits:
+        """The tenant's fairness limits: its own in the tenants file (looked at again at
+        most every ``LIMITS_REFRESH`` seconds), else the server's defaults."""
+        now = time.monotonic()
+        if now >= self._limits_checked + LIMITS_REFRESH:
+            self._limits_checked = now
+            self._refresh_tenants()
+        registry = self.auth.registry
+        if registry.generation != self._limits_generation:
+            self._limits.clear()
+            self._limits_generation = registry.generation
+        limits = self._limits.get(tenant)
+        if limits is None:
+            limits = self._limits[tenant] = registry.tenant_limits(tenant, self.tenant_limits)
+        return limits
+
+    def _quota(self, tenant: str) -> Quota:
+        """The tenant's quota as the tenants file says now (a stat per call: a changed
+        file is re-read, so ``set-limits`` needs no restart), else the server default."""
+        self._refresh_tenants()
+        return self.auth.registry.quota(tenant, self.default_quota)
 
     async def _storage(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a storage call in a worker thread; map its errors to error answers."""
@@ -607,10 +745,18 @@ class BlobServer:
                 code=exc.code,
                 reason=exc.reason,
             )
-            message = (
-                "too many failed logins" if exc.code == protocol.RATE_LIMITED else ("login refused")
-            )
+            # A rate limit says which (its reason names no tenant or key); every other
+            # refusal is the same answer, so it tells nothing about tenants or keys.
+            message = exc.reason if exc.code == protocol.RATE_LIMITED else "login refused"
             raise RequestError(exc.code, message) from None
+        max_connections = self._tenant_limits(tenant).max_connections
+        if not self.connections.log_in(session.conn_id, tenant, max_connections):
+            log_event(logging.WARNING, "login_busy", conn=session.conn_id, tenant=tenant)
+            raise RequestError(
+                protocol.BUSY,
+                f"tenant {tenant!r} holds {self.connections.of_tenant(tenant)} connections, "
+                f"its limit of {max_connections}",
+            )
         session.tenant = tenant
         log_event(
             logging.INFO,
@@ -882,7 +1028,16 @@ class BlobServer:
             answer["durability"] = self.durability.as_dict()
         if self.leases is not None:  # this database's commit lease: held, clients queued
             answer["lease"] = await self.leases.state(session.tenant, _database(args))
+        answer["fairness"] = self._fairness(session.tenant)
         return answer
+
+    def _fairness(self, tenant: str) -> dict[str, int | None]:
+        """The tenant's fairness limits and what it holds of them now."""
+        return {
+            **self._tenant_limits(tenant).as_dict(),
+            "connections": self.connections.of_tenant(tenant),
+            "frame_memory": self.frames.held_by(tenant),
+        }
 
     # -- root pushes -----------------------------------------------------------------------
 

@@ -7,15 +7,24 @@ an advisory lock on ``PATH.lock`` so two admin commands cannot lose each other's
 
 The file holds public keys only; nothing in it lets anyone log in.
 
-Each tenant may carry its own quota: ``"max_bytes"`` and ``"max_blobs"``, an int, or
-``null`` for no limit at all. A tenant without the key gets the server's default
-(``serve --default-max-bytes/--default-max-blobs``). The server re-reads the file as it
-does for keys, so ``zerodb-server set-quota`` needs no restart either.
+Each tenant may carry its own limits, each an int, or ``null`` for no limit at all; a
+tenant without the key gets the server's default (the ``serve`` option in brackets):
+
+* its quota: ``"max_bytes"`` and ``"max_blobs"`` (``--default-max-bytes/-blobs``);
+* its fairness limits (``blob_server.limits``): ``"max_connections"`` logged in at once
+  (``--tenant-max-connections``), ``"max_frame_memory"``, bytes of its frames being
+  received (``--tenant-max-frame-memory``; at least one largest frame, 64 MiB),
+  ``"rate"``, requests a second, and ``"burst"``, requests at once over it
+  (``--tenant-rate``, ``--tenant-burst``; a null burst is one second's worth).
+
+The server re-reads the file as it does for keys, so ``zerodb-server set-limits`` (or
+its older name ``set-quota``) needs no restart either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -31,6 +40,7 @@ from typing import Final, Literal
 from coincurve import PublicKey
 
 from blob_server.exceptions import InvalidRequestError
+from blob_server.limits import FAIRNESS_KEYS, TenantLimits, check_frame_memory
 from blob_server.storage.base import MAX_QUOTA, Quota
 
 FORMAT_VERSION = 1
@@ -40,16 +50,23 @@ TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: absent: the server's default applies).
 DEFAULT: Final = "default"
 QUOTA_KEYS: Final = ("max_bytes", "max_blobs")
+#: Every limit a tenant's entry may hold.
+LIMIT_KEYS: Final = QUOTA_KEYS + FAIRNESS_KEYS
 Limit = int | None | Literal["default"]
-_KEEP: Final = object()
 
 
 def check_limit(value: object, what: str) -> Limit:
-    """Return ``value`` if it is an int in [0, 2**53], None (no limit) or ``DEFAULT``."""
+    """Return ``value`` if it is an int in [0, 2**53] (for ``max_frame_memory``, at least
+    one largest frame), None (no limit) or ``DEFAULT``."""
     if value is None or value == DEFAULT:
         return DEFAULT if value == DEFAULT else None
     if type(value) is not int or not 0 <= value <= MAX_QUOTA:
         raise InvalidRequestError(f"{what} must be an int in [0, 2**53], null or 'default'")
+    if what == "max_frame_memory":
+        try:
+            check_frame_memory(value, what)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
     return value
 
 
@@ -88,6 +105,8 @@ class TenantRegistry:
         self._stamp: tuple[int, int, int] | None = None
         self._tenants: dict[str, dict] = {}
         self.server_id = ""
+        #: How many times the file was read: a cache of what it says is stale once it moves.
+        self.generation = 0
         self.refresh(force=True)
 
     # -- reading ---------------------------------------------------------------------------
@@ -111,10 +130,16 @@ class TenantRegistry:
                 raise ValueError(f"{self.path}: malformed entry for tenant {name!r}")
             for key in entry["keys"]:
                 parse_public_key(key)
-            for limit in QUOTA_KEYS:
+            for limit in LIMIT_KEYS:
                 value = entry.get(limit)
-                if value is not None and (type(value) is not int or not 0 <= value <= MAX_QUOTA):
-                    raise ValueError(f"{self.path}: malformed {limit} for tenant {name!r}")
+                try:
+                    if value == DEFAULT:  # in the file, the default is an absent key
+                        raise InvalidRequestError(limit)
+                    check_limit(value, limit)
+                except InvalidRequestError:
+                    raise ValueError(
+                        f"{self.path}: malformed {limit} for tenant {name!r}"
+                    ) from None
         return data
 
     def refresh(self, *, force: bool = False) -> None:
@@ -131,6 +156,7 @@ class TenantRegistry:
             self._tenants = data["tenants"]
             self.server_id = data.get("server_id", "")
             self._stamp = stamp
+            self.generation += 1
 
     def tenants(self) -> dict[str, list[str]]:
         """Return {tenant: [public key hex, ...]}."""
@@ -138,13 +164,13 @@ class TenantRegistry:
             return {name: list(entry["keys"]) for name, entry in sorted(self._tenants.items())}
 
     def limits(self, tenant: str) -> dict[str, Limit]:
-        """Return the tenant's own ``max_bytes`` and ``max_blobs`` as the file holds them
+        """Return the tenant's own limits (``LIMIT_KEYS``) as the file holds them
         (``DEFAULT`` where it has none); raise ``InvalidRequestError`` for no such tenant."""
         with self._lock:
             entry = self._tenants.get(tenant)
             if entry is None:
                 raise InvalidRequestError(f"no tenant {tenant!r}")
-            return {key: entry.get(key, DEFAULT) for key in QUOTA_KEYS}
+            return {key: entry.get(key, DEFAULT) for key in LIMIT_KEYS}
 
     def quota(self, tenant: str, default: Quota) -> Quota:
         """Return the quota the server enforces for ``tenant``: its own limits where the
@@ -155,6 +181,14 @@ class TenantRegistry:
             max_bytes=entry.get("max_bytes", default.max_bytes),
             max_blobs=entry.get("max_blobs", default.max_blobs),
         )
+
+    def tenant_limits(self, tenant: str, default: TenantLimits) -> TenantLimits:
+        """Return the fairness limits the server applies to ``tenant``: its own where the
+        file has them, ``default``'s elsewhere."""
+        with self._lock:
+            entry = self._tenants.get(tenant) or {}
+            own = {key: entry[key] for key in FAIRNESS_KEYS if key in entry}
+        return dataclasses.replace(default, **own) if own else default
 
     def is_registered(self, tenant: str, public_key: bytes) -> bool:
         """Whether ``public_key`` may log in as ``tenant``."""
@@ -204,15 +238,11 @@ class TenantRegistry:
                 pass
         return self.server_id
 
-    def add_tenant(
-        self, name: str, *, max_bytes: Limit = DEFAULT, max_blobs: Limit = DEFAULT
-    ) -> None:
-        """Create a tenant with no keys (and its own quota, if given); raise
-        ``InvalidRequestError`` if it exists."""
+    def add_tenant(self, name: str, **limits: Limit) -> None:
+        """Create a tenant with no keys (and its own limits, ``LIMIT_KEYS``, if given);
+        raise ``InvalidRequestError`` if it exists."""
         check_tenant_name(name)
-        limits = {"max_bytes": max_bytes, "max_blobs": max_blobs}
-        for key, value in limits.items():
-            check_limit(value, key)
+        self._check_limits(limits)
         with self._editing() as data:
             if name in data["tenants"]:
                 raise InvalidRequestError(f"tenant {name!r} already exists")
@@ -220,28 +250,29 @@ class TenantRegistry:
             entry.update({k: v for k, v in limits.items() if v != DEFAULT})
             data["tenants"][name] = entry
 
-    def set_quota(
-        self, tenant: str, *, max_bytes: Limit | object = _KEEP, max_blobs: Limit | object = _KEEP
-    ) -> dict[str, Limit]:
-        """Change a tenant's limits (an int, None for no limit, ``DEFAULT`` for the
-        server's default; an omitted one is kept); return the new limits. Running servers
-        enforce them from their next commit on."""
-        limits = {"max_bytes": max_bytes, "max_blobs": max_blobs}
-        for key, value in limits.items():
-            if value is not _KEEP:
-                check_limit(value, key)
+    def set_limits(self, tenant: str, **changes: Limit) -> dict[str, Limit]:
+        """Change some of a tenant's limits (``LIMIT_KEYS``: an int, None for no limit,
+        ``DEFAULT`` for the server's default; the others are kept); return them all.
+        Running servers apply them from their next write (quota), login or second."""
+        self._check_limits(changes)
         with self._editing() as data:
             entry = data["tenants"].get(tenant)
             if entry is None:
                 raise InvalidRequestError(f"no tenant {tenant!r}")
-            for key, value in limits.items():
-                if value is _KEEP:
-                    continue
+            for key, value in changes.items():
                 if value == DEFAULT:
                     entry.pop(key, None)
                 else:
                     entry[key] = value
         return self.limits(tenant)
+
+    @staticmethod
+    def _check_limits(limits: dict[str, object]) -> None:
+        unknown = set(limits) - set(LIMIT_KEYS)
+        if unknown:
+            raise InvalidRequestError(f"unknown limit(s) {sorted(unknown)}: not {LIMIT_KEYS}")
+        for key, value in limits.items():
+            check_limit(value, key)
 
     def add_key(self, tenant: str, public_key: str | bytes) -> str:
         """Register a public key for a tenant; return its hex."""

@@ -93,14 +93,21 @@ class StoreUnavailableError(OperationalError):
 
 
 class ServerBusyError(StoreUnavailableError):
-    """The blob server refused the connection: it holds as many as it takes (``serve
-    --max-connections``, and 32 per client address). Retry later."""
+    """The blob server refused a connection or a request for a limit of the moment: it
+    holds as many connections as it takes (``serve --max-connections``), this tenant holds
+    as many as it may (``max_connections`` in the tenants file, ``serve
+    --tenant-max-connections``), or a request found no room in the memory for frames
+    being received (``--max-frame-memory``, the tenant's ``max_frame_memory``) within the
+    frame timeout; such a request was not carried out. The message says which. Retry
+    later."""
 
 
 class RateLimitedError(OperationalError):
-    """The blob server refused to log in from this address for now: too many failed
-    logins from it in the last minute (a wrong key, or someone else's attempts from the
-    same address). Retry later."""
+    """The blob server refused for now: too many failed logins as this tenant from this
+    address in the last minute (a wrong key, or someone else's attempts from the same
+    address), or from this address for many tenant names; or the tenant sent more
+    requests than its rate (``rate``/``burst`` in the tenants file, ``serve
+    --tenant-rate``). The message says which, and how long to wait. Retry later."""
 
 
 class SnapshotTooOldError(OperationalError):

@@ -195,3 +195,15 @@ class PrivateRedis:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+@pytest.fixture
+def servers() -> Iterator[list]:
+    """``tests.server.test_server_e2e.ServerProcess``es a test started: stopped after it,
+    and their logs checked for tracebacks and failed operations."""
+    started: list = []
+    yield started
+    for server in started:
+        server.stop()
+        log = server.log.read_text(errors="replace")
+        assert "Traceback" not in log and "event=op_failed" not in log, log[-3000:]

@@ -13,7 +13,13 @@ import pytest
 from coincurve import PrivateKey
 
 from blob_server import protocol
-from blob_server.auth import Authenticator
+from blob_server.auth import (
+    FAILURE_WINDOW,
+    MAX_ADDRESS_FAILURES,
+    MAX_FAILURES,
+    Authenticator,
+)
+from blob_server.limits import TenantLimits
 from blob_server.storage import MemoryStorage
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
 from zerodb_core.exceptions import AuthenticationError, StoreUnavailableError
@@ -200,10 +206,29 @@ def test_revoked_key_is_refused_without_restart(wire, registry):
     assert refused(wire().login("acme", KEY_A)[0])
 
 
-def test_failed_logins_are_rate_limited_per_address(wire, server):
-    for _ in range(10):
+def test_failed_logins_are_rate_limited_per_address_and_tenant(wire, server, clock):
+    for _ in range(MAX_FAILURES):
         assert refused(wire().login("acme", PrivateKey())[0])
-    answer, _ = wire().login("acme", KEY_A)  # valid, but this address is locked out now
+    answer, _ = wire().login("acme", KEY_A)  # valid, but acme is locked out here now
+    assert refused(answer, protocol.RATE_LIMITED)
+    assert "as this tenant" in answer.result[1]
+    assert wire().login("beta", KEY_B)[0].ok  # another tenant at the same address is not
+    clock.now += FAILURE_WINDOW + 1  # the failures age out
+    assert wire().login("acme", KEY_A)[0].ok
+
+
+def test_an_address_trying_many_tenant_names_is_limited(wire, server):
+    """Each name stops counting at MAX_FAILURES; the address's own limit stops a spray."""
+    names = iter(range(MAX_ADDRESS_FAILURES))
+    while True:
+        name = f"t{next(names)}"
+        answers = [wire().login(name, PrivateKey())[0] for _ in range(MAX_FAILURES)]
+        if not all(refused(answer) for answer in answers):
+            break
+    assert refused(answers[-1], protocol.RATE_LIMITED)
+    assert "many tenant names" in answers[-1].result[1]
+    assert int(name[1:]) == MAX_ADDRESS_FAILURES // MAX_FAILURES
+    answer, _ = wire().login("beta", KEY_B)
     assert refused(answer, protocol.RATE_LIMITED)
     still_serving(server)
 
@@ -348,15 +373,30 @@ def test_idle_connections_are_closed(registry, clock):
 
 
 def test_connection_limit(registry, clock):
-    srv = InProcessServer(MemoryStorage(), Authenticator(registry, clock=clock), max_connections=1)
+    """A full server refuses newcomers once every connection is logged in; an anonymous
+    one makes way for a newcomer instead (the oldest first)."""
+    srv = InProcessServer(
+        MemoryStorage(),
+        Authenticator(registry, clock=clock),
+        max_connections=2,
+        tenant_limits=TenantLimits(max_connections=2),
+    )
     try:
         first = Wire(srv.port)
-        assert first.call("ping").ok
-        second = Wire(srv.port)
-        assert refused(second.recv(), protocol.BUSY)
-        second.close()
-        assert first.call("ping").ok
-        first.close()
+        assert first.login("acme", KEY_A)[0].ok
+        anonymous = Wire(srv.port)
+        assert anonymous.call("ping").ok
+        second = Wire(srv.port)  # the anonymous one makes way
+        assert refused(anonymous.recv(), protocol.BUSY)
+        assert anonymous.closed_by_server()
+        assert second.login("acme", KEY_A)[0].ok
+        third = Wire(srv.port)  # both logged in: refused
+        assert refused(third.recv(), protocol.BUSY)
+        for wire in (first, second):
+            assert wire.call("ping").ok
+            wire.close()
+        anonymous.close()
+        third.close()
     finally:
         srv.stop()
 

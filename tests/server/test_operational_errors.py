@@ -88,17 +88,6 @@ def dep(tmp_path) -> Deployment:
     return Deployment(tmp_path)
 
 
-@pytest.fixture
-def servers():
-    """Servers started by a test, stopped after it (and their logs checked)."""
-    started: list[ServerProcess] = []
-    yield started
-    for server in started:
-        server.stop()
-        log = server.log.read_text(errors="replace")
-        assert "Traceback" not in log and "event=op_failed" not in log, log[-3000:]
-
-
 def operational(error: BaseException, *words: str) -> None:
     """An outage or a limit: never the tamper alarm, and the message says what to do."""
     assert isinstance(error, OperationalError), repr(error)

@@ -19,9 +19,10 @@ from coincurve import PrivateKey
 
 from blob_server import protocol
 from blob_server.auth import Authenticator
-from blob_server.cli import build_parser, parse_size
+from blob_server.cli import STATS_LIMITS, build_parser, parse_size
 from blob_server.cli import main as cli_main
 from blob_server.exceptions import NotStagedError
+from blob_server.limits import FAIRNESS_KEYS
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES, BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
 from blob_server.tenants import DEFAULT, TenantRegistry
@@ -94,7 +95,7 @@ def transport(server: InProcessServer, tenant: str = "acme", key: PrivateKey = K
 
 
 def test_a_commit_past_the_quota_gets_a_quota_answer(serve, registry):
-    registry.set_quota("acme", max_blobs=2)
+    registry.set_limits("acme", max_blobs=2)
     wire = logged_in(serve())
     two = {os.urandom(16): b"x" * 10, os.urandom(16): b"y" * 10}
     assert wire.call("commit", commit_args(0, two, b"root")).result["ok"]
@@ -124,7 +125,7 @@ def test_db_raises_quota_exceeded_and_set_quota_needs_no_restart(serve, registry
         db.add(Employee(name="Ann", surname="A", salary=1, description="first"))
         used = db.transport.server_stats("main")["tenant"]
         assert used["blobs"] > 0 and used["bytes"] > used["blobs"] * 256  # padded blobs
-        registry.set_quota("acme", max_bytes=used["bytes"] + 100)  # the server re-reads it
+        registry.set_limits("acme", max_bytes=used["bytes"] + 100)  # the server re-reads it
         seq = db.transport.get_root("main").seq
         with pytest.raises(QuotaExceededError) as caught:
             db.add(Employee(name="Bob", surname="B", salary=2, description="second"))
@@ -135,13 +136,13 @@ def test_db_raises_quota_exceeded_and_set_quota_needs_no_restart(serve, registry
         assert db.transport.server_stats("main")["tenant"]["bytes"] == used["bytes"]
         assert [e.name for e in db[Employee].all()] == ["Ann"]
 
-        registry.set_quota("acme", max_bytes=None)  # no limit at all
+        registry.set_limits("acme", max_bytes=None)  # no limit at all
         db.add(Employee(name="Bob", surname="B", salary=2, description="second"))
         assert sorted(e.name for e in db[Employee].all()) == ["Ann", "Bob"]
 
 
 def test_the_server_default_quota_applies_to_tenants_without_their_own(serve, registry):
-    registry.set_quota("beta", max_blobs=None)  # beta: explicitly no limit
+    registry.set_limits("beta", max_blobs=None)  # beta: explicitly no limit
     server = serve(default_quota=Quota(max_blobs=1))
     acme, beta = logged_in(server), logged_in(server, "beta", KEY_B)
     blob = {os.urandom(16): b"x"}
@@ -149,16 +150,16 @@ def test_the_server_default_quota_applies_to_tenants_without_their_own(serve, re
     refused = acme.call("commit", commit_args(1, {os.urandom(16): b"y"}))
     assert refused.result[0] == protocol.QUOTA
     assert beta.call("commit", commit_args(0, {os.urandom(16): b"1", os.urandom(16): b"2"})).ok
-    registry.set_quota("acme", max_blobs=5)  # its own limit now overrides the default
+    registry.set_limits("acme", max_blobs=5)  # its own limit now overrides the default
     assert acme.call("commit", commit_args(1, {os.urandom(16): b"y"})).result["ok"]
-    registry.set_quota("acme", max_blobs=DEFAULT)  # back to the default
+    registry.set_limits("acme", max_blobs=DEFAULT)  # back to the default
     assert acme.call("commit", commit_args(2, {os.urandom(16): b"z"})).result[0] == "quota"
     acme.close()
     beta.close()
 
 
 def test_a_keyring_write_past_the_quota_raises_quota_exceeded(serve, registry):
-    registry.set_quota("acme", max_bytes=100)
+    registry.set_limits("acme", max_bytes=100)
     client = transport(serve())
     try:
         assert client.put_keyring("main", "slot", b"k" * 100, expected=None)
@@ -319,7 +320,7 @@ def test_a_retry_after_a_conflict_reuses_the_staged_blobs(serve):
 
 
 def test_a_refused_stage_keeps_what_was_staged_for_release(serve, registry):
-    registry.set_quota("acme", max_blobs=10)
+    registry.set_limits("acme", max_blobs=10)
     client = transport(serve(max_commit_blobs=4))
     try:
         blobs = {os.urandom(16): b"x" for _ in range(14)}
@@ -471,11 +472,12 @@ def test_add_tenant_set_quota_and_list_tenants(tmp_path, capsys):
     assert cli_main(["list-tenants", "--tenants", tenants]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert listing[0] == f"server id: {data['server_id']}"
-    assert "acme  max_bytes 10485760  max_blobs 1000" in listing
-    assert "beta  max_bytes default  max_blobs default" in listing
+    others = "max_connections default  max_frame_memory default  rate default  burst default"
+    assert f"acme  max_bytes 10485760  max_blobs 1000  {others}" in listing
+    assert f"beta  max_bytes default  max_blobs default  {others}" in listing
 
     assert cli_main(["set-quota", "acme", "--max-bytes", "unlimited", "--tenants", tenants]) == 0
-    assert capsys.readouterr().out.strip() == "tenant acme: max_bytes unlimited, max_blobs 1000"
+    assert capsys.readouterr().out.startswith("tenant acme: max_bytes unlimited, max_blobs 1000,")
     assert cli_main(["set-quota", "acme", "--max-blobs", "default", "--tenants", tenants]) == 0
     entry = json.loads((tmp_path / "tenants.json").read_text())["tenants"]["acme"]
     assert entry["max_bytes"] is None and "max_blobs" not in entry
@@ -483,7 +485,7 @@ def test_add_tenant_set_quota_and_list_tenants(tmp_path, capsys):
     assert registry.quota("acme", Quota(max_bytes=5, max_blobs=7)) == Quota(None, 7)
     assert registry.quota("beta", Quota(max_bytes=5)) == Quota(5, None)
 
-    with pytest.raises(SystemExit, match="--max-bytes and/or --max-blobs"):
+    with pytest.raises(SystemExit, match="give at least one of --max-bytes, --max-blobs"):
         cli_main(["set-quota", "acme", "--tenants", tenants])
     assert cli_main(["set-quota", "nobody", "--max-blobs", "1", "--tenants", tenants]) == 1
     assert "no tenant 'nobody'" in capsys.readouterr().err
@@ -573,10 +575,10 @@ def test_stats_command_on_sqlite(tmp_path, capsys):
         "bytes",
         "garbage",
         "staged",
-        "max_blobs",
-        "max_bytes",
+        *STATS_LIMITS,
     ]
-    assert table[2].split() == ["acme", "(2", "databases)", "3", "142", "default", "1024"]
+    limits = ["default", "1024", *("default" for _ in FAIRNESS_KEYS)]
+    assert table[2].split() == ["acme", "(2", "databases)", "3", "142", *limits]
     assert table[3].split() == ["acme", "logs", "1", "2", "12", "0", "1"]
     with pytest.raises(SystemExit, match="no store at"):
         cli_main(["stats", "--storage", f"sqlite:///{tmp_path}/missing.zdb"])

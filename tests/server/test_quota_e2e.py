@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from blob_server.limits import FAIRNESS_KEYS
 from blob_server.storage.redis import RedisStorage
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import ServerProcess, run
@@ -134,7 +135,9 @@ def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment, r
         assert "main" not in json.dumps(report)
         table = cli("stats", "--redis", dep["url"], "--tenants", str(dep["tenants"]))
         rows = [line.split() for line in table.splitlines()]
-        assert ["acme", "(1", "database)", str(blobs), str(size), str(MAX_BLOBS), "default"] in rows
+        fairness = ["default"] * len(FAIRNESS_KEYS)  # the server's connection and rate limits
+        quota = [str(MAX_BLOBS), "default"]
+        assert ["acme", "(1", "database)", str(blobs), str(size), *quota, *fairness] in rows
 
         # Raised while the server runs: the next commit goes through.
         cli("set-quota", "acme", "--max-blobs", "unlimited", "--tenants", str(dep["tenants"]))

@@ -255,7 +255,16 @@ def test_garbage_frames_do_not_disturb_other_connections(setup):
 
 @pytest.mark.parametrize(
     "command",
-    ["serve", "add-tenant", "set-quota", "add-key", "remove-key", "list-tenants", "stats", "check"],
+    [
+        "serve",
+        "add-tenant",
+        "set-limits",
+        "add-key",
+        "remove-key",
+        "list-tenants",
+        "stats",
+        "check",
+    ],
 )
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as done:

@@ -136,7 +136,7 @@ def test_a_client_killed_mid_upload_leaves_orphans_that_are_collected(dep):
         stats = client.server_stats("orphans")
         assert (stats["seq"], stats["staged"], stats["bytes"]) == (0, 768, 768_000)
         used = stats["tenant"]["blobs"]
-        dep.registry.set_quota("acme", max_blobs=used + 100)  # the server re-reads it
+        dep.registry.set_limits("acme", max_blobs=used + 100)  # the server re-reads it
         more = {os.urandom(16): b"x" for _ in range(300)}
         with pytest.raises(QuotaExceededError, match=f"{used} used"):
             client.commit("after", expected_seq=0, root=b"", blobs=more)
@@ -155,5 +155,5 @@ def test_a_client_killed_mid_upload_leaves_orphans_that_are_collected(dep):
         assert (stats["staged"], stats["blobs"], stats["tenant"]["blobs"]) == (0, 0, used - 768)
         assert client.commit("after", expected_seq=0, root=b"", blobs=more).ok
     finally:
-        dep.registry.set_quota("acme", max_blobs=None)
+        dep.registry.set_limits("acme", max_blobs=None)
         client.close()

@@ -329,9 +329,10 @@ class RemoteTransport(Transport):
             return
         if isinstance(last, _ClosedByServerError) and last.code == protocol.BUSY:
             raise ServerBusyError(
-                f"the blob server at {self.host}:{self.port} is busy: it refused "
-                f"{CONNECT_ATTEMPTS} connections in a row (it holds as many as `serve "
-                f"--max-connections` allows, and 32 per address); {RETRY_LATER}"
+                f"the blob server at {self.host}:{self.port} is busy: it refused or closed "
+                f"{CONNECT_ATTEMPTS} connections in a row before login (every connection it "
+                "may hold, `serve --max-connections`, is logged in, or newer connections "
+                f"from this address took their place); {RETRY_LATER}"
             ) from None
         raise StoreUnavailableError(
             f"cannot reach the blob server at {self.host}:{self.port}: {last}; {RETRY_LATER}"
@@ -664,8 +665,11 @@ class RemoteTransport(Transport):
     def server_stats(self, database: str) -> dict:
         """Return the storage statistics of ``database`` (this tenant's only), with
         ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
-        ``max_blobs``, ``max_bytes``; a limit of None means none) and, on a server with
-        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued)."""
+        ``max_blobs``, ``max_bytes``; a limit of None means none), on a server with
+        commit leases, ``lease``: ``held`` (0 or 1) and ``waiting`` (clients queued), and
+        on a server with fairness limits, ``fairness``: the tenant's ``max_connections``,
+        ``max_frame_memory``, ``rate``, ``burst`` (None: no limit) and what it holds now,
+        ``connections`` and ``frame_memory`` (bytes)."""
         return self._call("stats", {"database": database})
 
     # -- the storage operations --------------------------------------------------------------
@@ -999,13 +1003,12 @@ def _error(code: object, message: object) -> Exception:
     limits of the moment are ``OperationalError`` subclasses saying "retry later"; only
     a malformed answer (raised where it is read) is an ``IntegrityError``."""
     text = f"blob server: {message} ({code})"
-    if code == protocol.RATE_LIMITED:
-        return RateLimitedError(
-            f"{text}: the server refuses logins from this address for a minute after 10 "
-            f"failed ones; {RETRY_LATER}"
-        )
+    if code == protocol.RATE_LIMITED:  # failed logins, or the tenant's request rate
+        return RateLimitedError(f"{text}; {RETRY_LATER}")
+    # At login: the tenant holds all the connections it may; or a request found no room
+    # in the server's frame memory (it was not carried out).
     if code == protocol.BUSY:
-        return ServerBusyError(f"{text}: {RETRY_LATER}")
+        return ServerBusyError(f"{text}; {RETRY_LATER}")
     if code in _AUTH_CODES:
         return AuthenticationError(text)
     if code == protocol.BLOB_EXISTS:
