@@ -40,3 +40,12 @@ class ChangedMeanwhile(APIException):
         "Read it again, then retry."
     )
     default_code = "changed_meanwhile"
+
+
+class Protected(APIException):
+    """A delete refused because other objects still refer to the object (``on_delete=PROTECT``
+    or ``RESTRICT``): nothing was deleted."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Other objects still refer to this one; nothing was deleted."
+    default_code = "protected"

@@ -23,24 +23,27 @@ internal API, each an attribute to override:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import router, transaction
+from django.db.models import ProtectedError, RestrictedError
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from django_zerodb.exceptions import SerializationError
-from django_zerodb.rest.exceptions import BadQuery, ChangedMeanwhile
+from django_zerodb.rest.exceptions import BadQuery, ChangedMeanwhile, Protected
 from django_zerodb.rest.filters import RankedSearchFilter, ZeroFilterBackend
 from django_zerodb.rest.pagination import ZeroPageNumberPagination
+from django_zerodb.rest.parsers import ZeroJSONParser
 from django_zerodb.rest.permissions import ZeroModelPermissions
 from django_zerodb.rest.query import ParsedQuery, QueryParser
 from django_zerodb.rest.schema import (
@@ -57,6 +60,8 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # RankedSearchFilter after OrderingFilter: it drops the default ordering to rank.
     filter_backends = [ZeroFilterBackend, OrderingFilter, RankedSearchFilter]
     pagination_class = ZeroPageNumberPagination
+    # DRF's parsers, with JSON bodies nested too deeply answered 400 (rest/parsers.py).
+    parser_classes = [ZeroJSONParser, FormParser, MultiPartParser]
     schema = ZeroAutoSchema()
 
     # Actions that only read although they are POSTs: they need the "view" permission.
@@ -91,11 +96,14 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         return router.db_for_write(self.get_queryset().model)
 
     def handle_exception(self, exc: Exception) -> Response:
-        """DRF's, with a write that met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]``
-        "repeatable read" or "serializable") answered 409 Conflict: nothing was saved,
-        and the client should read the resource again before retrying."""
+        """DRF's, with two more 409 Conflicts, after which nothing was saved: a write that
+        met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]`` "repeatable read" or
+        "serializable"; read the resource again before retrying), and a delete of an
+        object others still refer to (``on_delete=PROTECT`` or ``RESTRICT``)."""
         if isinstance(exc, SerializationError):
             exc = ChangedMeanwhile()
+        elif isinstance(exc, ProtectedError | RestrictedError):
+            exc = Protected(protected_detail(exc))
         return super().handle_exception(exc)
 
     # -- the query endpoint ----------------------------------------------------------------
@@ -111,7 +119,7 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         methods=["post"],
         url_path="query",
         url_name="query",
-        parser_classes=[JSONParser],
+        parser_classes=[ZeroJSONParser],
         schema=ZeroAutoSchema(),
     )
     def query(self, request, *args, **kwargs):
@@ -189,3 +197,15 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         if keys & {"pk", model._meta.pk.name}:
             return order_by
         return (*order_by, "-pk" if order_by[-1].startswith("-") else "pk")
+
+
+def protected_detail(exc: ProtectedError | RestrictedError) -> str:
+    """What refers to the object, by model, most first ("3 employees, 1 tag"); never the
+    objects themselves."""
+    objects = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
+    counts = Counter(obj._meta for obj in objects)
+    named = ", ".join(
+        f"{n} {meta.verbose_name if n == 1 else meta.verbose_name_plural}"
+        for meta, n in counts.most_common()
+    )
+    return f"Other objects still refer to this one ({named}); nothing was deleted."
