@@ -1,0 +1,50 @@
+"""``make matrix``: the test suite over the supported Django and Python versions.
+
+CI (``make test``) runs one combination, the newest; this runs each of Django 5.2 LTS,
+6.0 and 6.1 on Python 3.12 and 3.13, each in a virtualenv of its own under ``.nox/``.
+By default the tests that depend on Django (the backend, its REST package, the example
+site); ``make matrix MATRIX_ARGS="tests/django/test_queries.py"`` runs others.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import nox
+
+DJANGO = {"5.2": "Django>=5.2,<5.3", "6.0": "Django>=6.0,<6.1", "6.1": "Django>=6.1,<6.2"}
+PYTHONS = ["3.12", "3.13"]
+DEFAULT_TESTS = ["tests/django", "tests/example"]
+
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = True
+
+
+def interpreter(version: str) -> str:
+    """``python<version>`` from PATH, else from pyenv, else the bare version (nox then
+    says it is missing)."""
+    if shutil.which(f"python{version}"):
+        return version
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"))
+    return found[-1] if found else version
+
+
+@nox.session(python=[interpreter(v) for v in PYTHONS])
+@nox.parametrize("django", list(DJANGO))
+def tests(session: nox.Session, django: str) -> None:
+    session.install("-e", ".[dev,example]", DJANGO[django])
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-m",
+        "not slow",
+        "-q",
+        "-p",
+        "no:randomly",
+        *(session.posargs or DEFAULT_TESTS),
+    )
