@@ -6,7 +6,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 SOURCES   := $(wildcard zerodb_core blob_server django_zerodb example_project tests bench)
 
-.PHONY: demo demo-native test lint format bench conformance fuzz matrix clean help
+.PHONY: demo demo-native test system-deps lint format bench conformance fuzz matrix clean help
 
 help:
 	@echo "make demo   install and run the example HR site (Django admin, encrypted store)"
@@ -48,7 +48,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format $(SOURCES)
 	$(VENV)/bin/ruff check --fix $(SOURCES)
 
-test: $(STAMP) lint
+# redis-server, Chromium and curl: installed with apt-get when missing (root or sudo),
+# else one line says what to install (scripts/system-deps).
+system-deps:
+	@scripts/system-deps
+
+test: system-deps $(STAMP) lint
 	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
