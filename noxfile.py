@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 
 import nox
 
@@ -22,17 +23,28 @@ nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
 
-def interpreter(version: str) -> str:
-    """``python<version>`` from PATH, else from pyenv, else the bare version (nox then
-    says it is missing)."""
-    if shutil.which(f"python{version}"):
-        return version
+def runs(command: str) -> bool:
+    """Whether ``command`` on PATH is a working interpreter (a pyenv shim may not be)."""
+    path = shutil.which(command)
+    if path is None:
+        return False
+    return subprocess.run([path, "-c", ""], check=False, capture_output=True).returncode == 0
+
+
+def find_pythons(versions: list[str]) -> None:
+    """Put pyenv's ``python<version>`` on PATH where PATH has none that runs, so that nox
+    finds every version by name."""
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    found = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"))
-    return found[-1] if found else version
+    for version in versions:
+        found = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"))
+        if found and not runs(f"python{version}"):
+            os.environ["PATH"] = os.path.dirname(found[-1]) + os.pathsep + os.environ["PATH"]
 
 
-@nox.session(python=[interpreter(v) for v in PYTHONS])
+find_pythons(PYTHONS)
+
+
+@nox.session(python=PYTHONS)
 @nox.parametrize("django", list(DJANGO))
 def tests(session: nox.Session, django: str) -> None:
     session.install("-e", ".[dev,example]", DJANGO[django])

@@ -53,6 +53,16 @@ def test_site_suite():
     assert " failed" not in output and " error" not in output, output
 
 
+def test_the_projects_own_tests(project):
+    """example_project/hr/tests, as its developers run them (docs/testing.md): Django's
+    runner, the test settings (the encrypted database in memory), nothing under var/."""
+    env = clean_env()  # a fresh shell: no ZERODB_PASSPHRASE, which the test settings set
+    out = run("manage.py", "test", "hr", "--settings=hrsite.test_settings", cwd=project, env=env)
+    ran = re.search(r"Ran (\d+) tests", out)
+    assert ran and int(ran.group(1)) > 0 and "\nOK" in out, out
+    assert not list(project.glob("var/*"))  # no store, no generated secret
+
+
 def test_check_migrate_and_seed_in_a_copy(project):
     env = clean_env()
     assert "no issues" in run("manage.py", "check", cwd=project, env=env)
