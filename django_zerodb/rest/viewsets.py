@@ -74,6 +74,9 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # names clients use to ORM paths.
     query_fields: list[str] | Mapping[str, str] | None = None
     query_parser_class = QueryParser
+    # The body of the query endpoint, as the browsable API, OPTIONS and the schema show it
+    # (QueryParser validates it, naming the JSON path of each problem).
+    query_serializer_class = QueryRequestSerializer
 
     # -- writes: one transaction each, a lost race answered 409 --------------------------
 
@@ -123,16 +126,38 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         schema=ZeroAutoSchema(),
     )
     def query(self, request, *args, **kwargs):
-        """``{"filter": {...}, "order_by": [...], "limit": n, "offset": n}`` →
-        ``{"count": n, "results": [...]}``."""
+        """Objects matching a JSON filter, and their count.
+
+        The body has four members, all optional: filter (field names to conditions such
+        as {"salary": {"$gte": 100000}}), order_by (a list of field names, "-" first for
+        descending), limit and offset. The answer is {"count": n, "results": [...]}. The
+        schema (OpenAPI) documents the whole language; every problem is a 400 naming its
+        JSON path."""
         parser = self.get_query_parser()
         parsed = parser.parse(self.get_query_body(request, parser))
         queryset = self.get_query_queryset(parsed)
         count = queryset.count()
         end = parsed.offset + parsed.limit
         rows = list(queryset[parsed.offset : end]) if parsed.limit else []
-        serializer = self.get_serializer(rows, many=True)
+        serializer = self.get_object_serializer(rows, many=True)
         return Response({"count": count, "results": serializer.data})
+
+    def get_serializer_class(self):
+        """The query body's serializer on the query endpoint's route, whatever the method
+        (so that the browsable API's form, ``OPTIONS`` and the schema show the body it
+        takes), else DRF's."""
+        if (getattr(self, "action_map", None) or {}).get("post") == "query":
+            return self.query_serializer_class
+        return self.get_object_serializer_class()
+
+    def get_object_serializer_class(self):
+        """The serializer of the objects themselves (DRF's ``serializer_class``), whatever
+        the action: the query endpoint's results, and its fields."""
+        return super().get_serializer_class()
+
+    def get_object_serializer(self, *args, **kwargs):
+        kwargs.setdefault("context", self.get_serializer_context())
+        return self.get_object_serializer_class()(*args, **kwargs)
 
     def get_query_parser(self) -> QueryParser:
         return self.query_parser_class(
@@ -164,7 +189,7 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
             return {path: path for path in self.query_fields}
         model = self.get_queryset().model
         fields = {}
-        for name, field in self.get_serializer().fields.items():
+        for name, field in self.get_object_serializer().fields.items():
             if field.write_only or field.source == "*" or "." in field.source:
                 continue
             source = field.source

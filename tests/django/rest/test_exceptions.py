@@ -17,12 +17,12 @@ def test_body():
     assert (exc.error, exc.path) == ("unknown operator '$foo'", "filter.salary.$foo")
     response = exception_handler(exc, {})
     assert response.status_code == 400
-    assert response.data == {"error": "unknown operator '$foo'", "path": "filter.salary.$foo"}
-    assert exc.get_codes() == {"error": "bad_query", "path": "bad_query"}
+    assert response.data == {"detail": "unknown operator '$foo'", "path": "filter.salary.$foo"}
+    assert exc.get_codes() == {"detail": "bad_query", "path": "bad_query"}
 
 
 def test_whole_body_path():
-    assert BadQuery("not an object").detail == {"error": "not an object", "path": ""}
+    assert BadQuery("not an object").detail == {"detail": "not an object", "path": ""}
 
 
 def test_join():

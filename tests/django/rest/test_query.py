@@ -355,9 +355,9 @@ def test_errors_name_their_path(api, hr, body, path, message):
     response = query(api, body)
     assert response.status_code == 400
     data = response.json()
-    assert set(data) == {"error", "path"}
+    assert set(data) == {"detail", "path"}
     assert data["path"] == path
-    assert message in data["error"]
+    assert message in data["detail"]
 
 
 @pytest.mark.parametrize(
@@ -375,14 +375,14 @@ def test_errors_of_other_resources(api, hr, resource, body, path, message):
     response = query(api, body, resource)
     assert response.status_code == 400
     assert response.json()["path"] == path
-    assert message in response.json()["error"]
+    assert message in response.json()["detail"]
 
 
 def test_malformed_json(api):
     response = api.post("/api/employees/query/", "{", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["path"] == ""
-    assert "not valid JSON" in response.json()["error"]
+    assert "not valid JSON" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("url", ["/api/employees/query/", "/api/employees/", "/api/departments/"])
@@ -394,7 +394,7 @@ def test_malformed_json(api):
 def test_deeply_nested_json(api, url, body):
     response = api.post(url, body, content_type="application/json")
     assert response.status_code == 400
-    detail = response.json()["detail" if url.endswith("s/") else "error"]
+    detail = response.json()["detail"]
     assert f"deeper than {ZeroJSONParser.max_depth} levels" in detail
 
 
@@ -411,7 +411,7 @@ def test_body_size(api):
     response = query(api, {"filter": {"$text": text}})
     assert response.status_code == 400
     assert response.json() == {
-        "error": f"the body is larger than {QueryParser.max_body_size} bytes",
+        "detail": f"the body is larger than {QueryParser.max_body_size} bytes",
         "path": "",
     }
 

@@ -320,3 +320,14 @@ def test_api_refuses_to_delete_a_department_with_employees(admin_client, staff):
 def test_api_refuses_deeply_nested_json(admin_client, url):
     response = admin_client.post(url, "[" * 2000 + "]" * 2000, content_type="application/json")
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("url, dist", [("/api/docs/", "swagger-ui-dist"), ("/api/redoc/", "redoc")])
+def test_api_documentation_pages(client, url, dist):
+    """Swagger UI and Redoc on the schema, their files served by the site (no CDN)."""
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/api/schema/" in html
+    assert f"/static/drf_spectacular_sidecar/{dist}/" in html
+    assert "cdn.jsdelivr.net" not in html
