@@ -176,8 +176,8 @@ def test_demo_sets_up_once_and_serves(project):
     password = (project / "var" / "admin-password").read_text().strip()
     assert f"password {password}" in first
     assert stat.S_IMODE((project / "var" / "admin-password").stat().st_mode) == 0o600
-    for url in ("/employees/", "/admin/", "/api/"):
-        assert url in first
+    assert "unlocking the encrypted database" in first
+    assert "no server started" in first and "http://" not in first  # no URL of no server
 
     port = free_port()
     server = subprocess.Popen(
@@ -214,3 +214,5 @@ def test_demo_sets_up_once_and_serves(project):
     assert "45 employees already there: not seeding." in output
     assert "a superuser exists already" in output
     assert password not in output
+    for url in ("/employees/", "/admin/", "/api/", "/api/docs/"):
+        assert re.search(rf"http://127\.0\.0\.1:{port}{url}[\s)]", output), url
