@@ -32,11 +32,10 @@ from django_zerodb.evaluate import (
     ANNOTATIONS,
     Evaluator,
     check_supported,
-    exported,
     outer_references,
-    sortable,
 )
 from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.jsonvalues import exported, scalar, sortable
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.registry import own_sql, unsupported
 from django_zerodb.translate import (
@@ -418,13 +417,18 @@ class SelectQuery:
         if isinstance(q.group_by, tuple):
             keys.extend(e for e in q.group_by if not e.contains_aggregate)
         if not self.compiler._meta_ordering:  # Meta.ordering never splits groups
-            keys.extend(o.expression for o in self.order_by if not o.contains_aggregate)
+            # What ORDER BY adds to GROUP BY is its columns (Django's get_group_by_cols):
+            # order_by("?") adds none, so it never splits groups.
+            for o in self.order_by:
+                if not o.contains_aggregate:
+                    keys.extend(o.get_group_by_cols())
         if q.group_by is None and not keys:
             groups = {(): rows}
         else:
             groups = defaultdict(list)
             for row in rows:
-                groups[tuple(_hashable(self.ev.value(k, row)) for k in keys)].append(row)
+                key = tuple(_hashable(scalar(self.ev.value(k, row))) for k in keys)
+                groups[key].append(row)
         out = []
         for members in groups.values():
             # No rows at all: SQL still answers one row, every column of it NULL.
@@ -451,7 +455,7 @@ class SelectQuery:
         if isinstance(source, Star):
             values = [1] * len(rows)
         else:
-            values = [self.ev.value(source, r) for r in rows]
+            values = [scalar(self.ev.value(source, r)) for r in rows]
             values = [v for v in values if v is not None]
         if agg.distinct:
             seen = {}

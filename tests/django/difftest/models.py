@@ -29,3 +29,13 @@ class Item(models.Model):
 
     class Meta:
         app_label = "difftest"
+
+
+class Doc(models.Model):
+    """JSON documents (test_json.py): SQL NULL, JSON null, scalars, nested objects."""
+
+    value = models.JSONField(null=True)
+    n = models.IntegerField(null=True)
+
+    class Meta:
+        app_label = "difftest"
