@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db.models import Aggregate, Count
-from django.db.models.expressions import Col, OrderBy, Star
+from django.db.models.expressions import Col, OrderBy, Ref, Star
 from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
@@ -317,8 +317,20 @@ class SelectQuery:
         rows = self._sorted(rows)
         projected = [self._project(r) for r in rows]
         if q.distinct:
-            projected = _distinct(projected)
+            projected = _distinct(projected, self._distinct_extra(rows))
         return projected[low:] if high is None else projected[low:high]
+
+    def _distinct_extra(self, rows: list[dict]) -> list[list[Any]]:
+        """Per row, the values of ordering expressions not selected: SELECT DISTINCT
+        selects them too (Django's ``get_extra_select``), so rows that differ only in
+        them stay apart."""
+        selected = [e for e, _, _ in self.compiler.select]
+        extra = [
+            o.expression
+            for o in self.order_by
+            if not isinstance(o.expression, Ref) and o.expression not in selected
+        ]
+        return [[scalar(self.ev.value(e, r)) for e in extra] for r in rows]
 
     def _tableless_rows(self) -> list[list[Any]]:
         """``SELECT <values> WHERE <condition>`` without a table: one row, if the
@@ -722,11 +734,12 @@ def _hashable(value: Any) -> Any:
         return encode_key(value) if not isinstance(value, dict | list) else repr(value)
 
 
-def _distinct(rows: list[list[Any]]) -> list[list[Any]]:
+def _distinct(rows: list[list[Any]], extra: list[list[Any]] | None = None) -> list[list[Any]]:
+    """The first of each set of equal rows (equal also in ``extra``, when given)."""
     seen = set()
     out = []
-    for row in rows:
-        key = tuple(_hashable(v) for v in row)
+    for i, row in enumerate(rows):
+        key = tuple(_hashable(v) for v in (row if extra is None else [*row, *extra[i]]))
         if key not in seen:
             seen.add(key)
             out.append(row)

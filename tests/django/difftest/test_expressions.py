@@ -360,3 +360,17 @@ def test_cast_text_to_json(data):
     from django.db.models import JSONField
 
     both(lambda using: items(using).filter(name="12").values_list(Cast("name", JSONField())))
+
+
+def test_distinct_keeps_rows_apart_by_ordering_columns(data):
+    """SELECT DISTINCT selects the ORDER BY columns too (Django's get_extra_select)."""
+    both(lambda using: Item.objects.using(using).values("flag").distinct().order_by("m", "pk"))
+    both(lambda using: Item.objects.using(using).values("flag").distinct().order_by("flag"))
+
+
+def test_random_ordering_never_splits_groups(data):
+    def run(using):
+        groups = Item.objects.using(using).values("flag").annotate(c=Count("pk")).order_by("?")
+        return sorted((g["flag"], g["c"]) for g in groups)
+
+    both(run)
