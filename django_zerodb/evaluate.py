@@ -654,7 +654,7 @@ def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
     outer, keys = found
     if not outer:
         return bool(keys)
-    values = tuple(ev.value(c, row) for c in outer)
+    values = tuple(convert(ev.value(c, row)) for c, convert in outer)
     return None not in values and tuple(map(hashable, values)) in keys
 
 

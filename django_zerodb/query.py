@@ -27,6 +27,7 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
+from django_zerodb.affinity import coercions, join_coercions
 from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
@@ -189,9 +190,16 @@ class SelectQuery:
             alias = join.table_alias
             if alias not in chain or not restrict.get(alias) or len(join.join_cols) != 1:
                 continue
+            on = self._on(join)
+            if on is not None and aliases_of(on) != {alias}:
+                continue
+            to_parent, to_child = join_coercions(join)
+            if to_parent is not None:  # text keys of the parent: matched in Python
+                continue
             parent_col, child_col = join.join_cols[0]
-            rows = self.fetch(join.table_name, combine(restrict[alias]))
-            values = {r.get(child_col) for _, r in rows} - {None}
+            child = restrict[alias] + ([pushdown(on, alias, self.ev)] if on is not None else [])
+            rows = self.fetch(join.table_name, combine(child))
+            values = {(to_child or _same)(r.get(child_col)) for _, r in rows} - {None}
             restrict[join.parent_alias].append(Any_(parent_col, _sorted(values)))
         self.joins, self.by_alias = joins, by_alias
         self.restrict, self.residual = restrict, residual
@@ -352,6 +360,8 @@ class SelectQuery:
         """A join that adds at most one row per row: a key to the joined table's pk."""
         if len(join.join_cols) != 1 or join.filtered_relation is not None:
             return False
+        if self._on(join) is not None:
+            return False
         return join.join_cols[0][1] == _pk_columns().get(join.table_name)
 
     def _index_order(self) -> tuple[str | None, bool] | None:
@@ -381,6 +391,11 @@ class SelectQuery:
 
     # -- joins -----------------------------------------------------------------------------
 
+    def _on(self, join: Join) -> Any:
+        """The condition a join adds to its ON clause besides equal keys (Django's
+        ``get_extra_restriction``: a generic relation's content type), or None."""
+        return join.join_field.get_extra_restriction(join.table_alias, join.parent_alias)
+
     def _join(self, rows: list[dict]) -> list[dict]:
         for join in self.joins:
             if join.filtered_relation is not None:
@@ -392,21 +407,35 @@ class SelectQuery:
                 raise NotSupportedError("joins on composite keys are not supported")
             parent_col, child_col = join.join_cols[0]
             alias = join.table_alias
+            on = self._on(join)
+            # The ON clause's extra condition (a generic relation's content type): on the
+            # joined table's fetch when it reads only that table, else per pair of rows.
+            local = on is not None and aliases_of(on) == {alias}
+            child = [pushdown(on, alias, self.ev)] if local else []
+            # Keys of a number column and a text column compare as SQLite compares them.
+            to_parent, to_child = join_coercions(join)
+            parent_key, child_key = to_parent or _same, to_child or _same
             keys = {
-                _hashable(r[join.parent_alias].get(parent_col))
+                _hashable(parent_key(r[join.parent_alias].get(parent_col)))
                 for r in rows
                 if r.get(join.parent_alias) is not None
             } - {None}
             matches: dict[Any, list[Record]] = defaultdict(list)
             if keys:
-                expr = combine([Any_(child_col, _sorted(keys)), *self.restrict.get(alias, [])])
+                # Text keys of the joined table cannot be looked up by number.
+                wanted = [Any_(child_col, _sorted(keys))] if to_child is None else []
+                expr = combine([*wanted, *self.restrict.get(alias, []), *child])
                 for _, record in self.fetch(join.table_name, expr):
-                    matches[_hashable(record.get(child_col))].append(record)
+                    matches[_hashable(child_key(record.get(child_col)))].append(record)
             outer = join.join_type != "INNER JOIN"
             joined = []
             for row in rows:
                 parent = row.get(join.parent_alias)
-                found = matches.get(_hashable(parent.get(parent_col))) if parent else None
+                found = (
+                    matches.get(_hashable(parent_key(parent.get(parent_col)))) if parent else None
+                )
+                if found and on is not None and not local:
+                    found = [r for r in found if self.ev.truth(on, {**row, alias: r}) is True]
                 if found:
                     for record in found:
                         joined.append({**row, alias: record})
@@ -528,7 +557,8 @@ class SelectQuery:
 
     def _decorrelate(self, query: Any) -> tuple[list, set]:
         """Run a correlated ``EXISTS`` subquery once, without its ``inner = outer``
-        equalities: return the outer columns and the set of inner value tuples."""
+        equalities: return the outer columns (each with what to apply to its values)
+        and the set of inner value tuples."""
         inner = query.clone()
         inner.clear_limits()
         inner.clear_ordering(force=True)
@@ -559,8 +589,13 @@ class SelectQuery:
         rows = SelectQuery(compiler, view=self._view).rows()
         if not pairs:
             return [], {()} if rows else set()
-        keys = {tuple(hashable(v) for v in r[: len(pairs)]) for r in rows}
-        return [o for _, o in pairs], keys
+        # A text column equal to a number column: compared as SQLite compares them.
+        converters = [coercions(o.target, i.target) for i, o in pairs]
+        keys = {
+            tuple(hashable((c or _same)(v)) for (_, c), v in zip(converters, r, strict=False))
+            for r in rows
+        }
+        return [(o, c or _same) for (_, o), (c, _) in zip(pairs, converters, strict=True)], keys
 
     # -- description -----------------------------------------------------------------------
 
@@ -720,6 +755,10 @@ def _pk_candidates(expr: Expr | None, pk_column: str | None) -> list | None:
         if type(e) is Any_ and e.field == pk_column:
             return list(e.values)
     return None
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _sorted(values) -> list:
