@@ -368,3 +368,19 @@ def test_model_state_round_trip(scratch):
         "f:hire_date",
         "t:bio",
     }
+
+
+def test_composite_primary_key_refused(alias, scratch):
+    """Joins and lookups match one key column: a composite key is refused where it is
+    declared, and nothing is created."""
+    create = migrations.CreateModel(
+        "Pair",
+        [
+            ("pk", models.CompositePrimaryKey("a", "b")),
+            ("a", models.IntegerField()),
+            ("b", models.IntegerField()),
+        ],
+    )
+    with pytest.raises(NotSupportedError, match="composite primary keys"):
+        apply(alias, ProjectState(), create)
+    assert f"{APP}_pair" not in tables(alias)
