@@ -166,7 +166,8 @@ def check_supported(node: Any) -> None:
     if isinstance(node, Subquery | Query):
         return
     if isinstance(node, Lookup):
-        lookup_kind(node)
+        if lookup_kind(node) == "isnull" and not isinstance(node.rhs, bool):
+            raise ValueError("The QuerySet value for an isnull lookup must be True or False.")
         check_supported(node.lhs)
         rhs = node.rhs
         for item in rhs if isinstance(rhs, list | tuple) else [rhs]:
