@@ -57,6 +57,8 @@ from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, Wh
 from django.utils.deprecation import RemovedInDjango2028Warning, django_file_prefixes
 
 from django_zerodb import aggregates, casts, functions, jsonvalues, temporal  # noqa: F401
+from django_zerodb.affinity import coercions
+from django_zerodb.correlated import Bound, bind, memo_key
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.expressions import UserLookup
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
@@ -212,7 +214,10 @@ class Evaluator:
         self.resolve_subquery = resolve_subquery
         self.decorrelate = decorrelate
         self._rhs: dict[int, Any] = {}
-        self._exists: dict[int, tuple[list, set]] = {}
+        self._exists: dict[int, Any] = {}
+        # Subqueries: the enclosing columns each reads, and results per outer values.
+        self._references: dict[int, set] = {}
+        self._subqueries: dict[tuple, list] = {}
         # ``extra(select=...)`` columns Django itself adds (see query._extra_columns).
         self.raw_columns: dict[str, tuple[str, str]] = {}
         # CURRENT_TIMESTAMP of this statement (temporal.now), taken when first asked.
@@ -255,6 +260,10 @@ class Evaluator:
             return None if found is jsonvalues.MISSING else found is None
         if jsonvalues.is_json(lookup.lhs):
             return _json_lookup(kind, lhs, rhs)
+        if isinstance(lookup.lhs, Col) and isinstance(lookup.rhs, Col | Bound):
+            # Two columns of different kinds compare as SQLite compares them.
+            to_lhs, to_rhs = coercions(lookup.lhs.output_field, lookup.rhs.output_field)
+            lhs, rhs = (to_lhs or _same)(lhs), (to_rhs or _same)(rhs)
         return lookup_test(kind, jsonvalues.scalar(lhs), rhs)
 
     def rhs(self, lookup: Any, row: Row) -> Any:
@@ -277,8 +286,8 @@ class Evaluator:
                     "Subqueries aren't allowed across different databases. Force the "
                     "inner query to be evaluated using `list(inner_query)`."
                 )
-            refuse_correlated(rhs, "as the right-hand side of a lookup")
-            value = self.resolve_subquery(rhs)
+            constant = not self.correlated(rhs)
+            value = self.subquery_rows(getattr(rhs, "query", rhs), row)
             if name != "in":
                 value = value[0] if value else None
         elif hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"):
@@ -351,6 +360,31 @@ class Evaluator:
             return field.get_db_prep_value(value, self.connection, prepared=True)
         except (TypeError, ValueError, decimal.InvalidOperation):
             return value
+
+    # -- subqueries ------------------------------------------------------------------------
+
+    def correlated(self, query: Any) -> bool:
+        """Whether a subquery reads columns of enclosing queries (refused when one is an
+        ``OuterRef`` never resolved to a column)."""
+        from django_zerodb.translate import OUTER
+
+        inner = getattr(query, "query", query)
+        key = id(inner)
+        if key not in self._references:
+            references = outer_references(inner)
+            if any(alias == OUTER for alias, _ in references):
+                refuse_correlated(inner, "outside a query that gives its OuterRef a column")
+            self._references[key] = references
+        return bool(self._references[key])
+
+    def subquery_rows(self, query: Any, row: Row) -> list:
+        """A subquery's first column, run once, or once per distinct outer row it reads
+        (correlated.py)."""
+        correlated = self.correlated(query)
+        key = (id(query), memo_key(self._references[id(query)], row) if correlated else ())
+        if key not in self._subqueries:
+            self._subqueries[key] = self.resolve_subquery(bind(query, row) if correlated else query)
+        return self._subqueries[key]
 
     # -- values ----------------------------------------------------------------------------
 
@@ -635,14 +669,9 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 
 def _scalar_subquery(ev: Evaluator, expr: Any, row: Row) -> Any:
-    """``Subquery(...)`` used as a value: run once (it cannot depend on the row)."""
-    query = getattr(expr, "query", expr)
-    refuse_correlated(query, "as a value")
-    key = id(query)
-    if key not in ev._rhs:
-        found = ev.resolve_subquery(query)
-        ev._rhs[key] = found[0] if found else None
-    return ev._rhs[key]
+    """``Subquery(...)`` used as a value: its first row's first column, or NULL."""
+    found = ev.subquery_rows(getattr(expr, "query", expr), row)
+    return found[0] if found else None
 
 
 def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
@@ -651,12 +680,27 @@ def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
     outer values are among the results."""
     found = ev._exists.get(id(expr))
     if found is None:
-        found = ev._exists[id(expr)] = ev.decorrelate(expr.query)
+        try:
+            found = ev.decorrelate(expr.query)
+        except NotSupportedError:
+            if not ev.correlated(expr.query):
+                raise
+            found = _PER_ROW  # outer references other than inner = outer equalities
+        ev._exists[id(expr)] = found
+    if found is _PER_ROW:
+        return bool(ev.subquery_rows(expr.query, row))
     outer, keys = found
     if not outer:
         return bool(keys)
     values = tuple(convert(ev.value(c, row)) for c, convert in outer)
     return None not in values and tuple(map(hashable, values)) in keys
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_PER_ROW: Any = object()  # an EXISTS that runs once per distinct outer row
 
 
 def _unresolved(ev: Evaluator, expr: Any, row: Row) -> Any:

@@ -553,7 +553,8 @@ class SelectQuery:
     def _subquery(self, query: Any) -> list:
         inner = getattr(query, "query", query)
         compiler = inner.get_compiler(connection=self.connection)
-        return [row[0] for row in SelectQuery(compiler, view=self._view).rows()]
+        # A subquery selecting nothing (EXISTS) still has its rows.
+        return [row[0] if row else None for row in SelectQuery(compiler, view=self._view).rows()]
 
     def _decorrelate(self, query: Any) -> tuple[list, set]:
         """Run a correlated ``EXISTS`` subquery once, without its ``inner = outer``

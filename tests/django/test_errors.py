@@ -119,13 +119,6 @@ class TestUnsupportedQueries:
         # "<what> is not supported by the encrypted database ...: <what to do instead>"
         assert re.search(r"encrypted database.*: \w+", str(caught.value)), caught.value
 
-    def test_correlated_subquery_as_a_value(self, some):
-        from django.db.models import OuterRef, Subquery
-
-        top = Employee.objects.filter(department=OuterRef("pk")).values("salary")[:1]
-        with pytest.raises(NotSupportedError, match="Max"):
-            list(Department.objects.annotate(top=Subquery(top)))
-
     def test_order_by_random_works(self, some):
         assert len(Employee.objects.order_by("?")) == 1
 

@@ -16,7 +16,6 @@ import datetime
 import decimal
 
 import pytest
-from django.db import NotSupportedError
 from django.db.models import (
     CASCADE,
     Avg,
@@ -26,14 +25,11 @@ from django.db.models import (
     DateTimeField,
     DecimalField,
     DurationField,
-    Exists,
     ExpressionWrapper,
     F,
     ForeignKey,
     IntegerField,
     Max,
-    OuterRef,
-    Subquery,
     Sum,
     TimeField,
     Value,
@@ -283,32 +279,6 @@ def test_bilateral_transform_on_the_right(data):
                 .values_list("pk", flat=True)
             )
         )
-
-
-# -- correlated subqueries: refused, never answered as NULL -----------------------------------
-
-
-def test_correlated_subquery_in_an_annotation_is_refused(data):
-    inner = Item.objects.using(ENC).filter(group=OuterRef("pk")).order_by("pk").values("n")[:1]
-    with pytest.raises(NotSupportedError, match="correlated"):
-        list(Group.objects.using(ENC).annotate(first_n=Subquery(inner)))
-    with pytest.raises(NotSupportedError):
-        list(Group.objects.using(ENC).filter(rank=Subquery(inner)))
-
-
-def test_outerref_with_an_operator_is_refused(data):
-    inner = Item.objects.using(ENC).filter(n=OuterRef("rank") + 1)
-    with pytest.raises(NotSupportedError, match="OuterRef"):
-        list(Group.objects.using(ENC).filter(Exists(inner)))
-    grouped = (
-        Item.objects.using(ENC)
-        .annotate(outer=OuterRef("pk"))
-        .values("outer")
-        .annotate(top=Max("n"))
-        .values("group")
-    )
-    with pytest.raises(NotSupportedError):
-        list(Group.objects.using(ENC).filter(pk__in=Subquery(grouped)))
 
 
 # -- aggregates -----------------------------------------------------------------------------
