@@ -66,6 +66,7 @@ def _bind_parts(query: Query, row: dict, own: set[str]) -> None:
     query.order_by = tuple(o if isinstance(o, str) else _bind(o, row, own) for o in query.order_by)
     if isinstance(query.group_by, tuple):
         query.group_by = tuple(_bind(e, row, own) for e in query.group_by)
+    query.combined_queries = tuple(_bind(part, row, own) for part in query.combined_queries)
 
 
 def _bind(node: Any, row: dict, own: set[str]) -> Any:

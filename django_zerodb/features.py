@@ -45,10 +45,11 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_unspecified_pk = False
     interprets_empty_strings_as_nulls = False
     supports_forward_references = True
-    # No SQL: no raw queries, no set operations, no DISTINCT ON, no window functions.
-    supports_select_union = False
-    supports_select_intersection = False
-    supports_select_difference = False
+    # No SQL: no raw queries, no DISTINCT ON, no window functions. Set operations run on
+    # the parts' rows (combined.py); a part may not be ordered or sliced, as on SQLite.
+    supports_select_union = True
+    supports_select_intersection = True
+    supports_select_difference = True
     supports_slicing_ordering_in_compound = False
     can_distinct_on_fields = False
     supports_over_clause = False

@@ -27,6 +27,7 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
+from django_zerodb import combined
 from django_zerodb.affinity import coercions, join_coercions
 from django_zerodb.evaluate import (
     AGGREGATES,
@@ -138,8 +139,16 @@ class SelectQuery:
 
     def trivially_empty(self) -> bool:
         """True when the WHERE clause can match nothing whatever the data (``none()``,
-        ``pk__in=[]``): like Django's ``EmptyResultSet``, no query is run (nor logged)."""
+        ``pk__in=[]``): like Django's ``EmptyResultSet``, no query is run (nor logged).
+        A combined query's own WHERE is its first part's: its parts decide."""
         self._setup()
+        q = self.query
+        if q.combinator:
+            empty = [
+                SelectQuery(p.get_compiler(connection=self.connection)).trivially_empty()
+                for p in q.combined_queries
+            ]
+            return combined.empty(q.combinator, empty)
         for term in conjuncts(self.where):
             if isinstance(term, NothingNode):
                 return True
@@ -288,6 +297,8 @@ class SelectQuery:
             return self._outer_aggregate()
         if self.tableless:
             return self._tableless_rows()
+        if self.query.combinator:
+            return self._combined_rows(limit)
         self._plan()
         q = self.query
         low, high = q.low_mark, q.high_mark
@@ -339,6 +350,42 @@ class SelectQuery:
             if not isinstance(o.expression, Ref) and o.expression not in selected
         ]
         return [[scalar(self.ev.value(e, r)) for e in extra] for r in rows]
+
+    def _combined_rows(self, limit: int | None) -> list[list[Any]]:
+        """``union()``/``intersection()``/``difference()`` (combined.py), then the
+        combined query's ordering, by its selected columns, and slicing."""
+        self._setup()
+        q = self.query
+        selects = []
+        for part in q.combined_queries:
+            if q.selected is not None and part.selected is None:
+                part = part.clone()
+                part.set_values(q.selected)
+            compiler = part.get_compiler(connection=self.connection)
+            combined.check_part(compiler)
+            selects.append(SelectQuery(compiler, view=self._view))
+        kept = combined.kept(q.combinator, [s.trivially_empty() for s in selects])
+        parts = [s.rows() for s, keep in zip(selects, kept, strict=True) if keep]
+        if len(parts) == 1:  # Django compiles the one part left alone: no set operation
+            rows = parts[0]
+        else:
+            rows = combined.combine(q.combinator, q.combinator_all, parts, _hashable)
+        width = len(self.compiler.select)
+        if self.order_by:
+            # By selected columns, and by the ones Django's get_order_by added to every
+            # part for ordering only (``__orderbycolN``, after the selected ones).
+            names = [alias or expr.target.column for expr, _, alias in self.compiler.select]
+            names += [
+                o.expression.refs
+                for o in self.order_by
+                if isinstance(o.expression, Ref) and o.expression.refs not in names
+            ]
+            keyed = [{ANNOTATIONS: dict(zip(names, row, strict=False)), "row": row} for row in rows]
+            rows = [r["row"][:width] for r in self._sorted(keyed)]
+        low, high = q.low_mark, q.high_mark
+        if limit is not None:
+            high = low + limit if high is None else min(high, low + limit)
+        return rows[low:] if high is None else rows[low:high]
 
     def _tableless_rows(self) -> list[list[Any]]:
         """``SELECT <values> WHERE <condition>`` without a table: one row, if the
@@ -671,12 +718,6 @@ def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
 def _refuse_unsupported(query: Any) -> None:
     """Refuse what Django's SQL compiler would have turned into SQL the store lacks, rather
     than answer something else."""
-    if query.combinator:
-        raise NotSupportedError(
-            f"{query.combinator}() is not supported by the encrypted database: combine the "
-            "conditions with Q objects (|, &, ~) in one filter(), or combine the results in "
-            "Python"
-        )
     if any(getattr(e, "contains_over_clause", False) for e in query.annotations.values()):
         raise NotSupportedError(
             "window expressions (Window, OVER) are not supported by the encrypted database: "

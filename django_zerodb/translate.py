@@ -145,6 +145,8 @@ def query_columns(query: Any) -> set[tuple[str, str]]:
     if isinstance(query.group_by, tuple):
         for expr in query.group_by:
             _collect_columns(expr, found)
+    for part in query.combined_queries:  # union() and the like
+        found.update(c for c in query_columns(part) if c[0] not in part.alias_map)
     return found
 
 

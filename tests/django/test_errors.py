@@ -80,13 +80,6 @@ class TestSQLIsRefused:
 @db
 @BOTH_STORES
 class TestUnsupportedQueries:
-    def test_set_operations(self, some):
-        a = Employee.objects.filter(salary__gt=1)
-        b = Employee.objects.filter(salary__lt=100)
-        for combined in (a.union(b), a.intersection(b), a.difference(b)):
-            with pytest.raises(NotSupportedError):
-                list(combined)
-
     def test_distinct_on_fields(self, some):
         with pytest.raises(NotSupportedError):
             list(Employee.objects.order_by("first_name").distinct("first_name"))
@@ -106,12 +99,11 @@ class TestUnsupportedQueries:
         "make",
         [
             lambda: Employee.objects.annotate(n=Window(RowNumber())),
-            lambda: Employee.objects.all().union(Employee.objects.all()),
             lambda: Employee.objects.order_by("email").distinct("email"),
             lambda: Employee.objects.extra(where=["1"]),
             lambda: Employee.objects.raw("SELECT 1"),
         ],
-        ids=["window", "union", "distinct on", "extra", "raw"],
+        ids=["window", "distinct on", "extra", "raw"],
     )
     def test_message_names_an_alternative(self, some, make):
         with pytest.raises(NotSupportedError) as caught:
