@@ -27,6 +27,7 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    FloatField,
     ForeignKey,
     IntegerField,
     Max,
@@ -35,12 +36,27 @@ from django.db.models import (
     Value,
 )
 from django.db.models.functions import (
+    Abs,
+    ACos,
+    ASin,
+    ATan,
+    ATan2,
     Cast,
     Coalesce,
+    Cos,
+    Cot,
+    Degrees,
+    Exp,
     Extract,
     ExtractHour,
+    Ln,
+    Log,
     NullIf,
+    Pi,
+    Radians,
     Round,
+    Sin,
+    Tan,
     Trunc,
     TruncDate,
     Upper,
@@ -344,3 +360,34 @@ def test_random_ordering_never_splits_groups(data):
         return sorted((g["flag"], g["c"]) for g in groups)
 
     both(run)
+
+
+MATH = {
+    "Exp": lambda: Exp(Cast("m", FloatField()) / 100.0),
+    "Ln": lambda: Ln(Abs("n") + 1),
+    "Log": lambda: Log(2, Abs("n") + 1),
+    "Pi": lambda: Pi() * F("m"),
+    "Sin": lambda: Sin("n"),
+    "Cos": lambda: Cos("m"),
+    "Tan": lambda: Tan("n"),
+    "Cot": lambda: Cot(Abs("n") + 1),
+    "ASin": lambda: ASin(Cast("m", FloatField()) / 1000000.0),
+    "ACos": lambda: ACos(Cast("m", FloatField()) / 1000000.0),
+    "ATan": lambda: ATan("n"),
+    "ATan2": lambda: ATan2("n", "m"),
+    "Degrees": lambda: Degrees("m"),
+    "Radians": lambda: Radians("n"),
+    "decimal": lambda: Sin("price"),
+}
+
+
+@pytest.mark.parametrize("name", list(MATH))
+def test_math_functions(data, name):
+    """Inside their domains (SQLite raises outside, the encrypted database DataError)."""
+    small = {"n__range": (-1000, 1000), "m__range": (-1000, 1000)}
+
+    def run(using):
+        qs = items(using).filter(**small).annotate(v=MATH[name]()).order_by("pk")
+        return [None if v is None else round(float(v), 9) for v in qs.values_list("v", flat=True)]
+
+    assert any(v is not None for v in both(run))
