@@ -225,6 +225,10 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                     raise FieldError(  # as Django says it on every backend
                         f"Aggregate functions are not allowed in this query ({field.name}={val!r})."
                     )
+                if val.contains_over_clause:
+                    raise FieldError(
+                        f"Window expressions are not allowed in this query ({field.name}={val!r})."
+                    )
             elif hasattr(val, "prepare_database_save"):
                 if field.remote_field:
                     val = val.prepare_database_save(field)

@@ -56,7 +56,14 @@ from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, WhereNode
 from django.utils.deprecation import RemovedInDjango2028Warning, django_file_prefixes
 
-from django_zerodb import aggregates, casts, functions, jsonvalues, temporal  # noqa: F401
+from django_zerodb import (  # noqa: F401  (they register)
+    aggregates,
+    casts,
+    functions,
+    jsonvalues,
+    temporal,
+    windows,
+)
 from django_zerodb.affinity import coercions
 from django_zerodb.correlated import Bound, bind, memo_key
 from django_zerodb.exceptions import NotSupportedError

@@ -72,6 +72,11 @@ GROUPS: tuple[ExpectedFailures, ...] = (
                 "prefetch_related.tests.PrefetchRelatedTests"
                 ".test_m2m_then_reverse_one_to_one_object_ids",
                 "queries.tests.ExcludeTests.test_exclude_m2m_through",
+                "expressions_window.tests.WindowFunctionTests.test_filter_count",
+                "expressions_window.tests.WindowFunctionTests.test_range_n_preceding_and_following",
+                "expressions_window.tests.WindowFunctionTests.test_range_unbound",
+                "expressions_window.tests.WindowFunctionTests.test_row_range_both_following",
+                "expressions_window.tests.WindowFunctionTests.test_row_range_both_preceding",
             }
         ),
     ),

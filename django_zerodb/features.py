@@ -45,15 +45,16 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_unspecified_pk = False
     interprets_empty_strings_as_nulls = False
     supports_forward_references = True
-    # No SQL: no raw queries, no DISTINCT ON, no window functions. Set operations run on
+    # No SQL: no raw queries, no DISTINCT ON. Window functions run on the query's rows
+    # (windows.py). Set operations run on
     # the parts' rows (combined.py); a part may not be ordered or sliced, as on SQLite.
     supports_select_union = True
     supports_select_intersection = True
     supports_select_difference = True
     supports_slicing_ordering_in_compound = False
     can_distinct_on_fields = False
-    supports_over_clause = False
-    supports_frame_range_fixed_distance = False
+    supports_over_clause = True
+    supports_frame_range_fixed_distance = True
     supports_aggregate_filter_clause = True
     # StringAgg(..., order_by=...): the group's rows are sorted first (query.py).
     supports_aggregate_order_by_clause = True

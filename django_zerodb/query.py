@@ -21,13 +21,13 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db.models import Aggregate, Count
-from django.db.models.expressions import Col, OrderBy, Ref, Star
+from django.db.models.expressions import Col, OrderBy, Ref, Star, Window
 from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
-from django_zerodb import combined
+from django_zerodb import combined, windows
 from django_zerodb.affinity import coercions, join_coercions
 from django_zerodb.evaluate import (
     AGGREGATES,
@@ -111,6 +111,7 @@ class SelectQuery:
 
     def _read_compiler(self) -> None:
         c = self.compiler
+        self.qualify = None
         if self.inner is not None:
             self.where = None
             self.having = None
@@ -129,12 +130,13 @@ class SelectQuery:
         _refuse_unsupported(self.query)
         if getattr(c, "_zerodb_setup", None) is None:
             _, order_by, _ = c.pre_sql_setup()
-            c._zerodb_setup = (c.where, c.having, order_by)
-        self.where, self.having, order_by = c._zerodb_setup
+            c._zerodb_setup = (c.where, c.having, c.qualify, order_by)
+        self.where, self.having, self.qualify, order_by = c._zerodb_setup
         if c._meta_ordering and self.query.group_by is not None:
             order_by = []  # as Django does: Meta.ordering never applies to a GROUP BY
         self.order_by = [expr for expr, _ in order_by]
-        for expr in (self.where, self.having, *self.order_by, *(e for e, _, _ in c.select)):
+        selected = (e for e, _, _ in c.select)
+        for expr in (self.where, self.having, self.qualify, *self.order_by, *selected):
             check_supported(expr)
 
     def trivially_empty(self) -> bool:
@@ -306,7 +308,10 @@ class SelectQuery:
             high = low + limit if high is None else min(high, low + limit)
         aggregates = _aggregates(self.compiler, self.having, self.order_by)
         grouped = bool(aggregates) or q.group_by is not None
-        simple = not self.residual and all(self._attaches(j) for j in self.joins)
+        over = windows.find(
+            [*(e for e, _, _ in self.compiler.select), *self.order_by, self.qualify]
+        )
+        simple = not self.residual and not over and all(self._attaches(j) for j in self.joins)
         if grouped and simple and not q.distinct and _is_plain_count(self.compiler, q):
             n = self.count(self.table, combine(self.restrict[self.base_alias]))
             return [[n]]
@@ -331,6 +336,10 @@ class SelectQuery:
             rows = self._group(rows, aggregates)
             if self.having is not None:
                 rows = [r for r in rows if self.ev.truth(self.having, r) is True]
+        if over:
+            windows.compute(self, rows, over)
+            if self.qualify is not None:  # a filter on a window (Django's QUALIFY)
+                rows = [r for r in rows if self.ev.truth(self.qualify, r) is True]
         for row in rows:
             row[ANNOTATIONS] = self._annotations(row)
         rows = self._sorted(rows)
@@ -501,7 +510,7 @@ class SelectQuery:
 
     def _group(self, rows: list[dict], aggregates: list) -> list[dict]:
         c, q = self.compiler, self.query
-        keys = [e for e, _, _ in c.select if not e.contains_aggregate]
+        keys = [k for e, _, _ in c.select if not e.contains_aggregate for k in _group_keys(e)]
         if isinstance(q.group_by, tuple):
             keys.extend(e for e in q.group_by if not e.contains_aggregate)
         if not self.compiler._meta_ordering:  # Meta.ordering never splits groups
@@ -718,11 +727,6 @@ def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
 def _refuse_unsupported(query: Any) -> None:
     """Refuse what Django's SQL compiler would have turned into SQL the store lacks, rather
     than answer something else."""
-    if any(getattr(e, "contains_over_clause", False) for e in query.annotations.values()):
-        raise NotSupportedError(
-            "window expressions (Window, OVER) are not supported by the encrypted database: "
-            "compute ranks and running totals in Python on the fetched rows"
-        )
     if query.distinct_fields:
         raise NotSupportedError(
             "distinct(*fields) (DISTINCT ON) is not supported by the encrypted database: use "
@@ -830,6 +834,13 @@ def _distinct(rows: list[list[Any]], extra: list[list[Any]] | None = None) -> li
 def _collect_aggregates(expr: Any, out: list) -> None:
     if expr is None:
         return
+    if isinstance(expr, Window):
+        # Its function is computed over its frame (windows.py), not over the group; what
+        # the function reads, and the partitioning and ordering, may be group aggregates.
+        function = expr.source_expression
+        for child in [*function.get_source_expressions(), expr.partition_by, expr.order_by]:
+            _collect_aggregates(child, out)
+        return
     if getattr(expr, "contains_aggregate", False) and _is_aggregate(expr):
         out.append(expr)
         return
@@ -843,6 +854,16 @@ def _collect_aggregates(expr: Any, out: list) -> None:
         _collect_aggregates(expr.lhs, out)
         if hasattr(expr.rhs, "resolve_expression"):
             _collect_aggregates(expr.rhs, out)
+
+
+def _group_keys(expr: Any) -> list:
+    """What a selected expression adds to GROUP BY: itself, but for a window what it
+    partitions and orders by (Django's ``Window.get_group_by_cols``)."""
+    if not getattr(expr, "contains_over_clause", False):
+        return [expr]
+    if isinstance(expr, Window):
+        return expr.get_group_by_cols()
+    return [k for child in expr.get_source_expressions() if child for k in _group_keys(child)]
 
 
 def _is_aggregate(expr: Any) -> bool:
