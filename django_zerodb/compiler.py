@@ -23,7 +23,7 @@ from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
-from django_zerodb.query import SelectQuery
+from django_zerodb.query import SelectQuery, refuse_composite_pk
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
 
@@ -104,6 +104,7 @@ class SQLCompiler(compiler.SQLCompiler):
 
 class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
     def execute_sql(self, returning_fields=None):
+        refuse_composite_pk(self.query.model)
         opts = self.query.get_meta()
         table = opts.db_table
         pk = opts.pk

@@ -87,6 +87,7 @@ class SelectQuery:
         self.ev = Evaluator(self.connection, self._subquery, self._decorrelate)
         # ``Q(...).check(values)`` (model validation of check constraints) runs a SELECT
         # of values without any table: ``Query(None)``.
+        refuse_composite_pk(self.query.model)
         self.tableless = self.query.model is None and not self.query.alias_map
         if self.tableless:
             self.base_alias, self.table, self.pk_column = None, None, None
@@ -722,6 +723,20 @@ def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
     except Exception:  # FullResultSet and the rest: not provably empty
         return False
     return False
+
+
+def refuse_composite_pk(model: Any) -> None:
+    """Joins, lookups and subqueries here match one key column, so a model whose
+    primary key is a ``CompositePrimaryKey`` is refused whenever it is read or written
+    (its table may exist: a migration declaring it still runs)."""
+    from django.db.models import CompositePrimaryKey
+
+    if model is not None and isinstance(model._meta.pk, CompositePrimaryKey):
+        raise NotSupportedError(
+            f"{model._meta.label}: composite primary keys (CompositePrimaryKey) are not "
+            "supported by the encrypted database; use a single-column primary key and a "
+            "UniqueConstraint over the columns"
+        )
 
 
 def _refuse_unsupported(query: Any) -> None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
-from django.db.models import CompositePrimaryKey
 
 from django_zerodb.exceptions import NotSupportedError, translated
 from django_zerodb.indexes import (
@@ -120,14 +119,6 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
     # -- models ----------------------------------------------------------------------------
 
     def create_model(self, model) -> None:
-        if isinstance(model._meta.pk, CompositePrimaryKey):
-            # Joins, lookups and subqueries here match one key column; a composite key
-            # would be answered wrongly, so it is refused where it is declared.
-            raise NotSupportedError(
-                f"{model._meta.label}: composite primary keys (CompositePrimaryKey) are not "
-                "supported by the encrypted database; use a single-column primary key and "
-                "a UniqueConstraint over the columns"
-            )
         self._ensure(model)
         for field in model._meta.local_many_to_many:
             through = field.remote_field.through
