@@ -97,6 +97,9 @@ class SQLCompiler(compiler.SQLCompiler):
         return self.select_query().describe().replace("%", "%%"), ()
 
     def explain_query(self):
+        info = self.query.explain_info
+        if info is not None:  # Django's checks of the format and options
+            self.connection.ops.explain_query_prefix(info.format, **info.options)
         select = self.select_query()
         with _Logged(self, f"EXPLAIN {select.describe()}"):
             yield from select.explain_lines()
@@ -238,10 +241,11 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                         f"Tried to update field {field} with a model instance, {val!r}. "
                         f"Use a value compatible with {field.__class__.__name__}."
                     )
+            # As Django's UPDATE: the field prepares every value (an expression comes back
+            # as it is, but a JSONField turns Value(None, JSONField()) into JSON null).
+            val = field.get_db_prep_save(val, connection=self.connection)
             if _is_expr(val):
                 check_supported(val)  # refused even when no row matches
-            else:
-                val = field.get_db_prep_save(val, connection=self.connection)
             values.append((field, val))
         count = 0
         if values and not SelectQuery(self).trivially_empty():

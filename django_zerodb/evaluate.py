@@ -174,6 +174,8 @@ def check_supported(node: Any) -> None:
         return
     if isinstance(node, Subquery | Query):
         return
+    if isinstance(node, ResolvedOuterRef | OuterRef):
+        raise ValueError(OUTSIDE_SUBQUERY)
     if isinstance(node, Lookup):
         if lookup_kind(node) == "isnull" and not isinstance(node.rhs, bool):
             raise ValueError("The QuerySet value for an isnull lookup must be True or False.")
@@ -666,7 +668,9 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
     value = expr.value
     field = getattr(expr, "_output_field_or_none", None)
     if value is None and jsonvalues.is_json(expr):
-        return "null"  # Value(None, JSONField()) is JSON's null, as Django compiles it
+        # Value(None, JSONField()) is JSON's null, except inside an expression written
+        # to a column (bulk_update's CASE), where Django's get_db_prep_save makes it NULL.
+        return None if getattr(expr, "for_save", False) else "null"
     if value is not None and field is not None and hasattr(field, "get_db_prep_value"):
         try:
             return field.get_db_prep_value(value, ev.connection, prepared=False)
@@ -710,14 +714,16 @@ def _same(value: Any) -> Any:
 _PER_ROW: Any = object()  # an EXISTS that runs once per distinct outer row
 
 
+# Django's words (ResolvedOuterRef.as_sql) for an OuterRef in a query run on its own.
+OUTSIDE_SUBQUERY = (
+    "This queryset contains a reference to an outer query and may only be used in a subquery."
+)
+
+
 def _unresolved(ev: Evaluator, expr: Any, row: Row) -> Any:
     if isinstance(expr, Q):
         raise NotSupportedError("unresolved Q object in an expression")
-    raise NotSupportedError(
-        f"an unresolved {type(expr).__name__} reached the encrypted database: an OuterRef "
-        "outside a subquery, or a correlated subquery it cannot run; filter across the "
-        "relation instead"
-    )
+    raise ValueError(OUTSIDE_SUBQUERY)
 
 
 for _klass, _handler in {

@@ -25,6 +25,7 @@ from django.db.models.expressions import Col, OrderBy, Ref, Star, Window
 from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
+from django.db.models.sql.query import Query
 from django.db.models.sql.where import NothingNode
 
 from django_zerodb import combined, windows
@@ -163,6 +164,11 @@ class SelectQuery:
                 return True
             if _out_of_range(term, self.compiler, self.connection):
                 return True
+            if getattr(term, "lookup_name", None) == "in" and isinstance(term.rhs, Query):
+                # pk__in=<a subquery that can match nothing>: Django's EmptyResultSet too.
+                inner = term.rhs.get_compiler(connection=self.connection)
+                if SelectQuery(inner, view=self._view).trivially_empty():
+                    return True
         return False
 
     def _joins(self) -> list[Join]:

@@ -151,6 +151,10 @@ def test_json_null_written_by_update_and_bulk_update(docs):
         for doc in changed:
             doc.value = JSONNull()
         manager.bulk_update(changed, ["value"])
+        emptied = list(manager.filter(n=2))
+        for doc in emptied:
+            doc.value = None  # SQL NULL, also through bulk_update's CASE
+        manager.bulk_update(emptied, ["value"])
         return (
             manager.filter(value=JSONNull()).count(),
             manager.filter(value__isnull=True).count(),
