@@ -34,13 +34,13 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     has_native_duration_field = False
     supports_timezones = False
     has_zoneinfo_database = True
-    # JSON is stored as its text (as on SQLite); key and containment lookups are not
-    # translated and raise NotSupportedError.
+    # JSON is stored as its text (as on SQLite); key lookups are evaluated on it
+    # (jsonvalues.py), containment is refused; JSONArray/JSONObject build it (functions.py).
     supports_json_field = True
     supports_primitives_in_json_field = True
     has_native_json_field = False
     supports_json_field_contains = False
-    has_json_object_function = False
+    has_json_object_function = True
     allows_auto_pk_0 = True
     supports_unspecified_pk = False
     interprets_empty_strings_as_nulls = False

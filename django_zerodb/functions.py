@@ -8,8 +8,10 @@ result would depend on which database one asks, the function refuses instead.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import hashlib
+import json
 import math
 import random
 from collections.abc import Callable
@@ -18,7 +20,8 @@ from typing import Any
 from django.db.models import functions as fn
 from django.db.models.expressions import Func
 
-from django_zerodb.exceptions import DataError
+from django_zerodb import jsonvalues
+from django_zerodb.exceptions import DataError, NotSupportedError
 from django_zerodb.registry import VALUES
 from django_zerodb.values import Order, compare, computing, text
 
@@ -247,3 +250,51 @@ register(fn.ATan, strict(_real(math.atan)))
 register(fn.ATan2, strict(_real(math.atan2)))
 register(fn.Degrees, strict(_real(math.degrees)))
 register(fn.Radians, strict(_real(math.radians)))
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+
+def json_item(ev: Any, expr: Any, row: dict) -> Any:
+    """A value as JSON_ARRAY/JSON_OBJECT embed it: a nested JSONArray/JSONObject as JSON,
+    SQL values as the JSON scalar SQL databases agree on. A JSONField value, a boolean
+    (SQLite writes 1, PostgreSQL true), a datetime (a space or a ``T``), anything else
+    without one JSON form is refused."""
+    value = ev.value(expr, row)
+    if isinstance(expr, fn.JSONArray | fn.JSONObject):
+        return json.loads(value)  # nested: embedded as JSON, as everywhere
+    if jsonvalues.is_json(expr) or isinstance(value, jsonvalues.Parsed):
+        # SQLite embeds a JSONField's text as a JSON string, PostgreSQL its document.
+        raise NotSupportedError(
+            "a JSONField value in JSONArray/JSONObject is not supported by the encrypted "
+            "database (SQL databases embed it differently): build the JSON in Python"
+        )
+    if value is None or (isinstance(value, str | int | float) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return float(value)  # a number, as both write it
+    if type(value) is datetime.date:
+        return value.isoformat()
+    raise NotSupportedError(
+        f"a {type(value).__name__} in JSONArray/JSONObject is not supported by the encrypted "
+        "database (SQL databases write it differently in JSON): Cast it to text first"
+    )
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_array(ev: Any, expr: Any, row: dict) -> str:
+    return _json_text([json_item(ev, e, row) for e in expr.get_source_expressions()])
+
+
+def json_object(ev: Any, expr: Any, row: dict) -> str:
+    """JSON_OBJECT(key, value, ...): Django passes the keys as Values, in pairs."""
+    exprs = expr.get_source_expressions()
+    pairs = zip(exprs[::2], exprs[1::2], strict=True)
+    return _json_text({str(ev.value(k, row)): json_item(ev, v, row) for k, v in pairs})
+
+
+register(fn.JSONArray, json_array)
+register(fn.JSONObject, json_object)

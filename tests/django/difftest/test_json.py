@@ -169,3 +169,29 @@ def test_exact_none_warns_as_django_does(docs):
     for using in (PLAIN, ENC):
         with pytest.warns(RemovedInDjango2028Warning, match="JSONNull"):
             list(Doc.objects.using(using).filter(value=None))
+
+
+def test_json_array_and_object(docs):
+    from django.db.models.functions import JSONArray, JSONObject, Lower
+
+    def run(using):
+        return list(
+            Doc.objects.using(using)
+            .annotate(
+                a=JSONArray("n", Lower(Value("X")), Value(1.5), JSONArray("n", Value(None))),
+                o=JSONObject(n="n", nested=JSONObject(k=Value("v"), empty=JSONArray())),
+            )
+            .order_by("pk")
+            .values_list("a", "o")
+        )
+
+    both(run)
+
+
+def test_json_field_inside_json_array_refused(docs):
+    """SQLite embeds the column's text as a string, PostgreSQL its document."""
+    from django.db import NotSupportedError
+    from django.db.models.functions import JSONArray
+
+    with pytest.raises(NotSupportedError, match="JSONArray"):
+        list(Doc.objects.using(ENC).annotate(a=JSONArray("value")))
