@@ -19,6 +19,7 @@ from django.db.models.sql import compiler
 from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
 from django.db.transaction import TransactionManagementError
 
+from django_zerodb import generated
 from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
 from django_zerodb.evaluate import Evaluator, check_supported
@@ -133,6 +134,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                         f"NOT NULL constraint failed: {table}.{pk.column} (only integer auto "
                         "fields are allocated by the store; give other primary keys a value)"
                     )
+            generated.fill(ev, self.query.model, rows)
             check_record_writes(self.query.model, ev, fields, rows)
             with session.writing() as txn:
                 txn.apply(
@@ -193,6 +195,7 @@ class UpdateWhere(WriteOp):
                     value = assigned(field, select.ev.value(value, row))
                 new[field.column] = value
             changed.append((pk, new))
+        generated.fill(select.ev, select.query.model, [r for _, r in changed])
         fields = [f for f, _ in self.values]
         check_record_writes(select.query.model, select.ev, fields, [r for _, r in changed])
         txn.writable_table(select.table).put_many(changed)

@@ -68,8 +68,9 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_explaining_query_execution = True
     supports_comments = False
     supports_comments_inline = False
-    supports_stored_generated_columns = False
-    supports_virtual_generated_columns = False
+    # Computed by the backend on every write of the row (generated.py).
+    supports_stored_generated_columns = True
+    supports_virtual_generated_columns = True
     # Checked by the backend on every write (constraints.py), as SQLite's CHECK clauses.
     supports_table_check_constraints = True
     supports_column_check_constraints = True
