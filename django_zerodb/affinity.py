@@ -13,21 +13,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-_NUMERIC = frozenset(
-    {
-        "AutoField",
-        "BigAutoField",
-        "SmallAutoField",
-        "IntegerField",
-        "BigIntegerField",
-        "SmallIntegerField",
-        "PositiveIntegerField",
-        "PositiveBigIntegerField",
-        "PositiveSmallIntegerField",
-        "FloatField",
-        "DecimalField",
-    }
-)
+from django_zerodb.casts import INTEGER_FIELDS
+
+_NUMERIC = INTEGER_FIELDS | {"FloatField", "DecimalField"}
 _TEXT = frozenset({"CharField", "TextField", "SlugField", "EmailField", "URLField"})
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 _REAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")

@@ -10,25 +10,15 @@ from django.db import DatabaseError
 from django.db.models import OuterRef, Subquery
 
 from tests.django.difftest.models import Group, Item
-from tests.django.difftest.test_differential import ENC, PLAIN, insert, make_data, same
+from tests.django.difftest.support import both, load
+from tests.django.difftest.test_differential import ENC, PLAIN
 
 pytestmark = pytest.mark.django_db(databases=["default", ENC, PLAIN])
 
 
 @pytest.fixture
 def data():
-    rows = make_data(5, items=150)
-    insert(rows, PLAIN)
-    insert(rows, ENC)
-    return rows
-
-
-def both(make):
-    plain, encrypted = make(PLAIN), make(ENC)
-    plain = list(plain) if hasattr(plain, "query") else plain
-    encrypted = list(encrypted) if hasattr(encrypted, "query") else encrypted
-    assert same(plain, encrypted), f"\nsqlite:    {plain!r}\nencrypted: {encrypted!r}"
-    return encrypted
+    return load(5, items=150)
 
 
 def items(using):

@@ -65,7 +65,8 @@ from django.test.utils import register_lookup
 from django.utils import timezone
 
 from tests.django.difftest.models import Group, Item
-from tests.django.difftest.test_differential import ENC, PLAIN, insert, make_data, same
+from tests.django.difftest.support import both, load
+from tests.django.difftest.test_differential import ENC, PLAIN
 
 pytestmark = pytest.mark.django_db(databases=["default", ENC, PLAIN])
 
@@ -75,19 +76,7 @@ UTC = datetime.UTC
 
 @pytest.fixture
 def data():
-    rows = make_data(SEED)
-    insert(rows, PLAIN)
-    insert(rows, ENC)
-    return rows
-
-
-def both(make):
-    """The same queryset (or aggregate) on SQLite and on the encrypted database."""
-    plain, encrypted = make(PLAIN), make(ENC)
-    plain = list(plain) if hasattr(plain, "query") else plain
-    encrypted = list(encrypted) if hasattr(encrypted, "query") else encrypted
-    assert same(plain, encrypted), f"\nsqlite:    {plain!r}\nencrypted: {encrypted!r}"
-    return encrypted
+    return load(SEED)
 
 
 def items(using):

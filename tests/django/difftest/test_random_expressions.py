@@ -47,7 +47,8 @@ from django.db.models import (
 from django.db.models import functions as fn
 
 from tests.django.difftest.models import Item
-from tests.django.difftest.test_differential import ENC, PLAIN, insert, make_data, same
+from tests.django.difftest.support import load
+from tests.django.difftest.test_differential import ENC, PLAIN, same
 
 CASES = 120
 SMALL = 10**6
@@ -287,9 +288,7 @@ def _answer(run: Callable[[str], Any], using: str) -> tuple[str, Any]:
 
 
 def check(seed: int, cases: int) -> None:
-    data = make_data(seed)
-    insert(data, PLAIN)
-    insert(data, ENC)
+    load(seed)
     only = os.environ.get("ZERODB_EXPR_ONLY")
     indices = [int(i) for i in only.split(",")] if only else range(cases)
     found, refused = [], []

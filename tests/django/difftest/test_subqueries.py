@@ -22,23 +22,15 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from tests.django.difftest.models import Group, Item
-from tests.django.difftest.test_differential import ENC, PLAIN, insert, make_data, same
+from tests.django.difftest.support import both, load
+from tests.django.difftest.test_differential import ENC, PLAIN
 
 pytestmark = pytest.mark.django_db(databases=["default", ENC, PLAIN])
 
 
 @pytest.fixture
 def data():
-    rows = make_data(11, items=120)
-    insert(rows, PLAIN)
-    insert(rows, ENC)
-    return rows
-
-
-def both(make):
-    plain, encrypted = list(make(PLAIN)), list(make(ENC))
-    assert same(plain, encrypted), f"\nsqlite:    {plain!r}\nencrypted: {encrypted!r}"
-    return encrypted
+    return load(11, items=120)
 
 
 def first_n(using, **outer):
