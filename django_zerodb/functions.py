@@ -193,8 +193,8 @@ def sql_mod(a: Any, b: Any) -> Any:
             raise TypeError("MOD of a float and a decimal")
         # Decimal's remainder has the sign of the dividend, as SQL's.
         return WIDE.remainder(decimal.Decimal(a), decimal.Decimal(b))
-    if isinstance(a, int) and isinstance(b, int):
-        return abs(a) % abs(b) * (1 if a >= 0 else -1)
+    # Integers too give a float, as Django's SQLite MOD (math.fmod) does: MOD(7, 2) / 2
+    # is 0.5 there (PostgreSQL's integer MOD would make it 0).
     return math.fmod(a, b)
 
 
