@@ -108,6 +108,8 @@ GROUPS: tuple[ExpectedFailures, ...] = (
                 "queries.tests.Queries6Tests.test_nested_queries_sql",
                 "queries.tests.Ticket18785Tests.test_ticket_18785",
                 "queries.tests.ValuesJoinPromotionTests.test_ticket_21376",
+                "filtered_relation.tests.FilteredRelationTests"
+                ".test_internal_queryset_alias_mapping",
                 "expressions_window.tests.WindowFunctionTests.test_filter_count",
                 "expressions_window.tests.WindowFunctionTests.test_range_n_preceding_and_following",
                 "expressions_window.tests.WindowFunctionTests.test_range_unbound",

@@ -102,6 +102,7 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_collation_on_textfield = False
     supports_non_deterministic_collations = False
     supports_unlimited_charfield = True
+    supports_no_precision_decimalfield = True
     supports_tablespaces = False
     can_defer_constraint_checks = False
     supports_partially_nullable_unique_constraints = True

@@ -26,7 +26,7 @@ from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.query import Query
-from django.db.models.sql.where import NothingNode
+from django.db.models.sql.where import AND, NothingNode, WhereNode
 
 from django_zerodb import combined, windows
 from django_zerodb.affinity import coercions, join_coercions
@@ -421,9 +421,7 @@ class SelectQuery:
 
     def _attaches(self, join: Join) -> bool:
         """A join that adds at most one row per row: a key to the joined table's pk."""
-        if len(join.join_cols) != 1 or join.filtered_relation is not None:
-            return False
-        if self._on(join) is not None:
+        if len(join.join_cols) != 1 or self._on(join) is not None:
             return False
         return join.join_cols[0][1] == _pk_columns().get(join.table_name)
 
@@ -455,17 +453,27 @@ class SelectQuery:
     # -- joins -----------------------------------------------------------------------------
 
     def _on(self, join: Join) -> Any:
-        """The condition a join adds to its ON clause besides equal keys (Django's
-        ``get_extra_restriction``: a generic relation's content type), or None."""
-        return join.join_field.get_extra_restriction(join.table_alias, join.parent_alias)
+        """The condition a join adds to its ON clause besides equal keys, or None: Django's
+        ``get_extra_restriction`` (a generic relation's content type) and a
+        ``FilteredRelation``'s condition."""
+        conditions = []
+        extra = join.join_field.get_extra_restriction(join.table_alias, join.parent_alias)
+        if extra is not None:
+            conditions.append(extra)
+        relation = join.filtered_relation
+        if relation is not None:
+            if relation.resolved_condition is None:
+                raise NotSupportedError(
+                    "this FilteredRelation is not supported by the encrypted database: filter "
+                    "the related objects in a separate query"
+                )
+            conditions.append(relation.resolved_condition)
+        if not conditions:
+            return None
+        return conditions[0] if len(conditions) == 1 else WhereNode(conditions, connector=AND)
 
     def _join(self, rows: list[dict]) -> list[dict]:
         for join in self.joins:
-            if join.filtered_relation is not None:
-                raise NotSupportedError(
-                    "FilteredRelation is not supported by the encrypted database; filter "
-                    "the related objects in a separate query"
-                )
             if len(join.join_cols) != 1:
                 raise NotSupportedError("joins on composite keys are not supported")
             parent_col, child_col = join.join_cols[0]

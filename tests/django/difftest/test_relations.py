@@ -78,3 +78,34 @@ def test_reverse_filters_and_prefetch(garden):
 
     got = both(prefetched)
     assert any(pets for pets, _ in got) and any(plants for _, plants in got)
+
+
+def test_filtered_relation(data_groups):
+    """FilteredRelation: its condition joins, as an ON clause (LEFT JOINs keep the rows
+    it matches nothing for)."""
+    from django.db.models import FilteredRelation, Q
+
+    from tests.django.difftest.models import Group
+
+    def run(using):
+        return list(
+            Group.objects.using(using)
+            .annotate(big=FilteredRelation("items", condition=Q(items__n__gt=0)))
+            .values_list("pk", "big__pk")
+            .order_by("pk", "big__pk")
+        ) + list(
+            Group.objects.using(using)
+            .annotate(big=FilteredRelation("items", condition=Q(items__m__gte=1)))
+            .filter(big__flag=True)
+            .values_list("pk", "big__n")
+            .order_by("pk", "big__pk")
+        )
+
+    assert both(run)
+
+
+@pytest.fixture
+def data_groups():
+    from tests.django.difftest.support import load
+
+    return load(9, items=80)
