@@ -155,7 +155,8 @@ register(fn.SHA512, strict(digest("sha512")))
 
 def sql_round(value: Any, places: Any = 0) -> Any:
     """SQL ROUND: half away from zero, to ``places`` digits after the point (before it
-    when negative). Integers stay integers; a float is first read as the decimal of its
+    when negative). An integer becomes a float (SQLite's ROUND gives a REAL; with a
+    negative precision, which SQLite refuses, it stays an integer); a float is first read as the decimal of its
     15 significant digits (what PostgreSQL's cast of a double to numeric keeps, and
     where SQLite's own rounding starts), so 2.675 rounds to 2.68, not Python's 2.67."""
     places = int(places)
@@ -163,7 +164,7 @@ def sql_round(value: Any, places: Any = 0) -> Any:
         raise TypeError("ROUND of a boolean")
     if isinstance(value, int):
         if places >= 0:
-            return value
+            return float(value)  # SQLite's ROUND always gives a REAL: ROUND(7) is 7.0
         return int(decimal.Decimal(value).quantize(decimal.Decimal(f"1E{-places}"), context=WIDE))
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -92,9 +92,6 @@ class Gen:
             lambda: self._func("ExtractMonth", fn.ExtractMonth, (lambda u: F("day"), "F(day)")),
             lambda: self._func("ExtractYear", fn.ExtractYear, (lambda u: F("at"), "F(at)")),
             lambda: self._case(self.integer(d), self.integer(0)),
-            # Not Cast(real, IntegerField): refused by design (SQLite truncates, PostgreSQL
-            # rounds), see docs/expressions.md.
-            lambda: self._func("Round", fn.Round, self.integer(d)),
         )
 
     def real(self, depth: int = 2) -> tuple[Expr, str]:
