@@ -156,9 +156,10 @@ register(fn.SHA512, strict(digest("sha512")))
 def sql_round(value: Any, places: Any = 0) -> Any:
     """SQL ROUND: half away from zero, to ``places`` digits after the point (before it
     when negative). An integer becomes a float (SQLite's ROUND gives a REAL; with a
-    negative precision, which SQLite refuses, it stays an integer); a float is first read as the decimal of its
-    15 significant digits (what PostgreSQL's cast of a double to numeric keeps, and
-    where SQLite's own rounding starts), so 2.675 rounds to 2.68, not Python's 2.67."""
+    negative precision, which SQLite refuses, it stays an integer); a float is first
+    read as the decimal of its 15 significant digits (what PostgreSQL's cast of a double
+    to numeric keeps, and where SQLite's own rounding starts), so 2.675 rounds to 2.68,
+    not Python's 2.67."""
     places = int(places)
     if isinstance(value, bool):
         raise TypeError("ROUND of a boolean")
