@@ -110,6 +110,10 @@ GROUPS: tuple[ExpectedFailures, ...] = (
                 "queries.tests.ValuesJoinPromotionTests.test_ticket_21376",
                 "filtered_relation.tests.FilteredRelationTests"
                 ".test_internal_queryset_alias_mapping",
+                "aggregation.tests.AggregateAnnotationPruningTests"
+                ".test_referenced_window_requires_wrapping",
+                "auth_tests.test_management.CreatePermissionsMultipleDatabasesTests"
+                ".test_set_permissions_fk_to_using_parameter",
                 "expressions_window.tests.WindowFunctionTests.test_filter_count",
                 "expressions_window.tests.WindowFunctionTests.test_range_n_preceding_and_following",
                 "expressions_window.tests.WindowFunctionTests.test_range_unbound",
