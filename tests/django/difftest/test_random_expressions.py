@@ -52,7 +52,7 @@ from django.db.models import functions as fn
 
 from tests.django.difftest.models import Item
 from tests.django.difftest.support import load
-from tests.django.difftest.test_differential import ENC, PLAIN, same
+from tests.django.difftest.test_differential import ENC, PLAIN, _env_seeds, same
 
 CASES = 120
 SMALL = 10**6
@@ -323,8 +323,7 @@ def check(seed: int, cases: int) -> None:
 
 
 def _seeds(default: list[int]) -> list[int]:
-    raw = os.environ.get("ZERODB_EXPR_SEEDS")
-    return [int(s) for s in raw.split(",")] if raw else default
+    return _env_seeds(default, "ZERODB_EXPR_SEEDS")
 
 
 @pytest.mark.django_db(databases=["default", ENC, PLAIN])
