@@ -52,7 +52,7 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_select_intersection = True
     supports_select_difference = True
     supports_slicing_ordering_in_compound = False
-    can_distinct_on_fields = False
+    can_distinct_on_fields = True
     supports_over_clause = True
     supports_frame_range_fixed_distance = True
     supports_aggregate_filter_clause = True

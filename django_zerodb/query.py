@@ -350,10 +350,45 @@ class SelectQuery:
         for row in rows:
             row[ANNOTATIONS] = self._annotations(row)
         rows = self._sorted(rows)
+        if q.distinct_fields:
+            rows = self._distinct_on(rows)
         projected = [self._project(r) for r in rows]
-        if q.distinct:
+        if q.distinct and not q.distinct_fields:
             projected = _distinct(projected, self._distinct_extra(rows))
         return projected[low:] if high is None else projected[low:high]
+
+    def _distinct_on(self, rows: list[dict]) -> list[dict]:
+        """``distinct(*fields)`` (PostgreSQL's DISTINCT ON) on sorted rows: the first row
+        of each set of rows equal in those fields. As PostgreSQL requires, the ordering
+        must start with them (else which row is first is not defined): refused otherwise,
+        and so are fields other than the model's own columns and annotations."""
+        exprs = []
+        for name in self.query.distinct_fields:
+            if name in self.query.annotation_select:
+                exprs.append(self.query.annotation_select[name])
+                continue
+            opts = self.query.get_meta()
+            field = opts.pk if name == "pk" else opts._forward_fields_map.get(name)
+            if field is None or not field.concrete or "__" in name:
+                exprs = None  # across a relation, or a transform: refused below
+                break
+            exprs.append(field.get_col(self.base_alias))
+        leading = [o.expression for o in self.order_by[: len(self.query.distinct_fields)]]
+        plain = [e.source if isinstance(e, Ref) else e for e in leading]
+        if exprs is None or len(plain) < len(exprs) or any(e not in plain for e in exprs):
+            raise NotSupportedError(
+                "distinct(*fields) is supported by the encrypted database only on the model's "
+                "own fields and annotations, with order_by() starting with the same fields "
+                "(as PostgreSQL requires)"
+            )
+        seen: set = set()
+        kept = []
+        for row in rows:
+            key = tuple(_hashable(scalar(self.ev.value(e, row))) for e in exprs)
+            if key not in seen:
+                seen.add(key)
+                kept.append(row)
+        return kept
 
     def _distinct_extra(self, rows: list[dict]) -> list[list[Any]]:
         """Per row, the values of ordering expressions not selected: SELECT DISTINCT
@@ -756,11 +791,6 @@ def refuse_composite_pk(model: Any) -> None:
 def _refuse_unsupported(query: Any) -> None:
     """Refuse what Django's SQL compiler would have turned into SQL the store lacks, rather
     than answer something else."""
-    if query.distinct_fields:
-        raise NotSupportedError(
-            "distinct(*fields) (DISTINCT ON) is not supported by the encrypted database: use "
-            "values(...).distinct(), or pick the rows in Python"
-        )
     if query.select_for_update and (
         query.select_for_update_nowait
         or query.select_for_update_skip_locked

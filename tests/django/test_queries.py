@@ -351,3 +351,19 @@ def test_round_trips_in_autocommit(alias):
     page = Employee.objects.filter(salary__gt=100).select_related("department")[:10]
     assert trips(lambda: list(page)) <= 3
     assert trips(lambda: Employee.objects.filter(pk=target.pk).update(salary=5)) <= 3
+
+
+def test_distinct_on_fields(hr):
+    """distinct(*fields): the first row, in the ordering, of each set of equal fields."""
+    got = list(
+        Employee.objects.order_by("is_active", "-salary", "pk")
+        .distinct("is_active")
+        .values_list("is_active", "salary", "pk")
+    )
+    ordered = sorted(
+        hr.employees, key=lambda e: (e.is_active, -(e.salary if e.salary is not None else -1), e.pk)
+    )
+    first: dict = {}
+    for e in ordered:
+        first.setdefault(e.is_active, (e.is_active, e.salary, e.pk))
+    assert got == list(first.values())
