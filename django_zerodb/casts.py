@@ -245,17 +245,21 @@ CONVERSIONS: dict[str, Callable[[Any, Any], Any]] = {
     "TimeField": to_time,
     "UUIDField": to_uuid,
 }
-for _name in (
-    "AutoField",
-    "BigAutoField",
-    "SmallAutoField",
-    "IntegerField",
-    "BigIntegerField",
-    "SmallIntegerField",
-    "PositiveIntegerField",
-    "PositiveBigIntegerField",
-    "PositiveSmallIntegerField",
-):
+# The integer fields (auto, big, small, positive...), all stored as Python ints.
+INTEGER_FIELDS = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+    }
+)
+for _name in INTEGER_FIELDS:
     CONVERSIONS[_name] = to_integer
 
 VALUES.add(Cast, cast)

@@ -19,11 +19,12 @@ from django.db.models.sql import compiler
 from django.db.models.sql.constants import CURSOR, MULTI, NO_RESULTS, ROW_COUNT, SINGLE
 from django.db.transaction import TransactionManagementError
 
+from django_zerodb import generated
 from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
-from django_zerodb.query import SelectQuery
+from django_zerodb.query import SelectQuery, refuse_composite_pk
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
 
@@ -97,6 +98,9 @@ class SQLCompiler(compiler.SQLCompiler):
         return self.select_query().describe().replace("%", "%%"), ()
 
     def explain_query(self):
+        info = self.query.explain_info
+        if info is not None:  # Django's checks of the format and options
+            self.connection.ops.explain_query_prefix(info.format, **info.options)
         select = self.select_query()
         with _Logged(self, f"EXPLAIN {select.describe()}"):
             yield from select.explain_lines()
@@ -104,6 +108,7 @@ class SQLCompiler(compiler.SQLCompiler):
 
 class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
     def execute_sql(self, returning_fields=None):
+        refuse_composite_pk(self.query.model)
         opts = self.query.get_meta()
         table = opts.db_table
         pk = opts.pk
@@ -129,6 +134,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                         f"NOT NULL constraint failed: {table}.{pk.column} (only integer auto "
                         "fields are allocated by the store; give other primary keys a value)"
                     )
+            generated.fill(ev, self.query.model, rows)
             check_record_writes(self.query.model, ev, fields, rows)
             with session.writing() as txn:
                 txn.apply(
@@ -189,6 +195,7 @@ class UpdateWhere(WriteOp):
                     value = assigned(field, select.ev.value(value, row))
                 new[field.column] = value
             changed.append((pk, new))
+        generated.fill(select.ev, select.query.model, [r for _, r in changed])
         fields = [f for f, _ in self.values]
         check_record_writes(select.query.model, select.ev, fields, [r for _, r in changed])
         txn.writable_table(select.table).put_many(changed)
@@ -225,6 +232,10 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                     raise FieldError(  # as Django says it on every backend
                         f"Aggregate functions are not allowed in this query ({field.name}={val!r})."
                     )
+                if val.contains_over_clause:
+                    raise FieldError(
+                        f"Window expressions are not allowed in this query ({field.name}={val!r})."
+                    )
             elif hasattr(val, "prepare_database_save"):
                 if field.remote_field:
                     val = val.prepare_database_save(field)
@@ -233,10 +244,11 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                         f"Tried to update field {field} with a model instance, {val!r}. "
                         f"Use a value compatible with {field.__class__.__name__}."
                     )
+            # As Django's UPDATE: the field prepares every value (an expression comes back
+            # as it is, but a JSONField turns Value(None, JSONField()) into JSON null).
+            val = field.get_db_prep_save(val, connection=self.connection)
             if _is_expr(val):
                 check_supported(val)  # refused even when no row matches
-            else:
-                val = field.get_db_prep_save(val, connection=self.connection)
             values.append((field, val))
         count = 0
         if values and not SelectQuery(self).trivially_empty():

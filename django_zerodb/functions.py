@@ -8,8 +8,10 @@ result would depend on which database one asks, the function refuses instead.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import hashlib
+import json
 import math
 import random
 from collections.abc import Callable
@@ -18,7 +20,8 @@ from typing import Any
 from django.db.models import functions as fn
 from django.db.models.expressions import Func
 
-from django_zerodb.exceptions import DataError
+from django_zerodb import jsonvalues
+from django_zerodb.exceptions import DataError, NotSupportedError
 from django_zerodb.registry import VALUES
 from django_zerodb.values import Order, compare, computing, text
 
@@ -152,15 +155,17 @@ register(fn.SHA512, strict(digest("sha512")))
 
 def sql_round(value: Any, places: Any = 0) -> Any:
     """SQL ROUND: half away from zero, to ``places`` digits after the point (before it
-    when negative). Integers stay integers; a float is first read as the decimal of its
-    15 significant digits (what PostgreSQL's cast of a double to numeric keeps, and
-    where SQLite's own rounding starts), so 2.675 rounds to 2.68, not Python's 2.67."""
+    when negative). An integer becomes a float (SQLite's ROUND gives a REAL; with a
+    negative precision, which SQLite refuses, it stays an integer); a float is first
+    read as the decimal of its 15 significant digits (what PostgreSQL's cast of a double
+    to numeric keeps, and where SQLite's own rounding starts), so 2.675 rounds to 2.68,
+    not Python's 2.67."""
     places = int(places)
     if isinstance(value, bool):
         raise TypeError("ROUND of a boolean")
     if isinstance(value, int):
         if places >= 0:
-            return value
+            return float(value)  # SQLite's ROUND always gives a REAL: ROUND(7) is 7.0
         return int(decimal.Decimal(value).quantize(decimal.Decimal(f"1E{-places}"), context=WIDE))
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -190,8 +195,8 @@ def sql_mod(a: Any, b: Any) -> Any:
             raise TypeError("MOD of a float and a decimal")
         # Decimal's remainder has the sign of the dividend, as SQL's.
         return WIDE.remainder(decimal.Decimal(a), decimal.Decimal(b))
-    if isinstance(a, int) and isinstance(b, int):
-        return abs(a) % abs(b) * (1 if a >= 0 else -1)
+    # Integers too give a float, as Django's SQLite MOD (math.fmod) does: MOD(7, 2) / 2
+    # is 0.5 there (PostgreSQL's integer MOD would make it 0).
     return math.fmod(a, b)
 
 
@@ -217,3 +222,81 @@ register(fn.Power, strict(sql_power))
 register(fn.Sqrt, strict(sql_sqrt))
 register(fn.Round, strict(sql_round))
 register(fn.Random, lambda ev, e, row: random.random())
+
+
+def _real(function: Callable[..., float]) -> Callable[..., float]:
+    """A math function of reals, as Django's SQLite functions compute it (Python's
+    ``math`` on the values; a decimal is read as a float first). A value outside the
+    function's domain is a DataError (SQLite: an error raised by the function)."""
+
+    def compute(*args: Any) -> float:
+        if any(isinstance(a, bool) for a in args):
+            raise TypeError("a boolean argument")
+        return function(*(float(a) for a in args))
+
+    return compute
+
+
+register(fn.Exp, strict(_real(math.exp)))
+register(fn.Ln, strict(_real(math.log)))
+# LOG(base, x), arguments in SQL's order (Django's Log(a, b) is log base a of b).
+register(fn.Log, strict(_real(lambda base, x: math.log(x, base))))
+register(fn.Pi, lambda ev, e, row: math.pi)
+register(fn.Sin, strict(_real(math.sin)))
+register(fn.Cos, strict(_real(math.cos)))
+register(fn.Tan, strict(_real(math.tan)))
+register(fn.Cot, strict(_real(lambda x: 1 / math.tan(x))))
+register(fn.ASin, strict(_real(math.asin)))
+register(fn.ACos, strict(_real(math.acos)))
+register(fn.ATan, strict(_real(math.atan)))
+register(fn.ATan2, strict(_real(math.atan2)))
+register(fn.Degrees, strict(_real(math.degrees)))
+register(fn.Radians, strict(_real(math.radians)))
+
+
+# -- JSON ---------------------------------------------------------------------------------
+
+
+def json_item(ev: Any, expr: Any, row: dict) -> Any:
+    """A value as JSON_ARRAY/JSON_OBJECT embed it: a nested JSONArray/JSONObject as JSON,
+    SQL values as the JSON scalar SQL databases agree on. A JSONField value, a boolean
+    (SQLite writes 1, PostgreSQL true), a datetime (a space or a ``T``), anything else
+    without one JSON form is refused."""
+    value = ev.value(expr, row)
+    if isinstance(expr, fn.JSONArray | fn.JSONObject):
+        return json.loads(value)  # nested: embedded as JSON, as everywhere
+    if jsonvalues.is_json(expr) or isinstance(value, jsonvalues.Parsed):
+        # SQLite embeds a JSONField's text as a JSON string, PostgreSQL its document.
+        raise NotSupportedError(
+            "a JSONField value in JSONArray/JSONObject is not supported by the encrypted "
+            "database (SQL databases embed it differently): build the JSON in Python"
+        )
+    if value is None or (isinstance(value, str | int | float) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return float(value)  # a number, as both write it
+    if type(value) is datetime.date:
+        return value.isoformat()
+    raise NotSupportedError(
+        f"a {type(value).__name__} in JSONArray/JSONObject is not supported by the encrypted "
+        "database (SQL databases write it differently in JSON): Cast it to text first"
+    )
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def json_array(ev: Any, expr: Any, row: dict) -> str:
+    return _json_text([json_item(ev, e, row) for e in expr.get_source_expressions()])
+
+
+def json_object(ev: Any, expr: Any, row: dict) -> str:
+    """JSON_OBJECT(key, value, ...): Django passes the keys as Values, in pairs."""
+    exprs = expr.get_source_expressions()
+    pairs = zip(exprs[::2], exprs[1::2], strict=True)
+    return _json_text({str(ev.value(k, row)): json_item(ev, v, row) for k, v in pairs})
+
+
+register(fn.JSONArray, json_array)
+register(fn.JSONObject, json_object)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
+from django_zerodb import generated
 from django_zerodb.exceptions import NotSupportedError, translated
 from django_zerodb.indexes import (
     field_indexes,
@@ -158,7 +159,15 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
             return
         default = self.effective_default(field)
         column = field.column
-        if default is not None:
+        if field.generated:  # computed for the rows already stored
+            ops: list[WriteOp] = [
+                RewriteRecords(
+                    model._meta.db_table,
+                    generated.rewriter(self.connection, field),
+                    f"computing {column}",
+                )
+            ]
+        elif default is not None:
             ops: list[WriteOp] = [
                 RewriteRecords(
                     model._meta.db_table,
@@ -218,6 +227,12 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
                         f"filling {new_column}",
                     )
                 )
+        if new_field.concrete and new_field.generated:  # its expression may have changed
+            ops.append(
+                RewriteRecords(
+                    table, generated.rewriter(self.connection, new_field), f"computing {new_column}"
+                )
+            )
         # AlterField and RenameField pass the model before the change; the new field's
         # model is the one after it.
         ops.append(EnsureModel(model_spec(getattr(new_field, "model", None) or model)))

@@ -368,3 +368,55 @@ def test_model_state_round_trip(scratch):
         "f:hire_date",
         "t:bio",
     }
+
+
+def test_composite_primary_key_refused(alias, scratch):
+    """Joins and lookups match one key column: a model with a composite key may be
+    migrated (other models of its app keep working) but is refused when read or written."""
+    create = migrations.CreateModel(
+        "Pair",
+        [
+            ("pk", models.CompositePrimaryKey("a", "b")),
+            ("a", models.IntegerField()),
+            ("b", models.IntegerField()),
+        ],
+    )
+    state = apply(alias, ProjectState(), create)
+    Pair = state.apps.get_model(APP, "Pair")
+    with pytest.raises(NotSupportedError, match="composite primary keys"):
+        Pair.objects.create(a=1, b=2)
+    with pytest.raises(NotSupportedError, match="composite primary keys"):
+        list(Pair.objects.filter(pk=("1", "2")))
+
+
+def test_generated_field_computed_on_writes_and_for_stored_rows(alias, scratch):
+    """GeneratedField is computed by the backend: on insert, on update, and for the
+    rows already stored when a migration adds it or changes its expression."""
+    state = pet_state(alias)
+    Pet = pets(state, DATA)
+    add = migrations.AddField(
+        "Pet",
+        "double",
+        models.GeneratedField(
+            expression=models.F("age") * 2, output_field=models.IntegerField(), db_persist=True
+        ),
+    )
+    state = apply(alias, state, add)
+    Pet = state.apps.get_model(APP, "Pet")
+    got = sorted(Pet.objects.values_list("age", "double"), key=repr)
+    assert got == sorted([(age, None if age is None else age * 2) for _, age in DATA], key=repr)
+    kit = Pet.objects.create(name="Max", age=5)
+    assert kit.double == 10  # returned by the INSERT
+    Pet.objects.filter(pk=kit.pk).update(age=6)
+    assert Pet.objects.get(pk=kit.pk).double == 12
+    alter = migrations.AlterField(
+        "Pet",
+        "double",
+        models.GeneratedField(
+            expression=models.F("age") + 100, output_field=models.IntegerField(), db_persist=True
+        ),
+    )
+    state = apply(alias, state, alter)
+    Pet = state.apps.get_model(APP, "Pet")
+    assert Pet.objects.get(pk=kit.pk).double == 106
+    assert Pet.objects.filter(double__gte=100).count() == len([a for _, a in DATA if a]) + 1

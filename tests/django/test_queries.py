@@ -224,8 +224,12 @@ def test_distinct(hr):
     distinct = Employee.objects.order_by("first_name").values_list("first_name", flat=True)
     assert list(distinct.distinct()) == sorted({e.first_name for e in hr.employees})
     assert distinct.distinct().count() == len({e.first_name for e in hr.employees})
-    pairs = Employee.objects.values("first_name", "is_active").distinct()
+    pairs = Employee.objects.values("first_name", "is_active").order_by().distinct()
     assert len(pairs) == len({(e.first_name, e.is_active) for e in hr.employees})
+    # Meta.ordering (id) is selected too by SELECT DISTINCT, as Django's SQL does: rows
+    # that differ only in it stay apart.
+    ordered = Employee.objects.values("first_name", "is_active").distinct()
+    assert len(ordered) == len(hr.employees)
 
 
 def test_only_and_defer(hr):
@@ -347,3 +351,19 @@ def test_round_trips_in_autocommit(alias):
     page = Employee.objects.filter(salary__gt=100).select_related("department")[:10]
     assert trips(lambda: list(page)) <= 3
     assert trips(lambda: Employee.objects.filter(pk=target.pk).update(salary=5)) <= 3
+
+
+def test_distinct_on_fields(hr):
+    """distinct(*fields): the first row, in the ordering, of each set of equal fields."""
+    got = list(
+        Employee.objects.order_by("is_active", "-salary", "pk")
+        .distinct("is_active")
+        .values_list("is_active", "salary", "pk")
+    )
+    ordered = sorted(
+        hr.employees, key=lambda e: (e.is_active, -(e.salary if e.salary is not None else -1), e.pk)
+    )
+    first: dict = {}
+    for e in ordered:
+        first.setdefault(e.is_active, (e.is_active, e.salary, e.pk))
+    assert got == list(first.values())

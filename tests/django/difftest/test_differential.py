@@ -749,8 +749,9 @@ def check(seed: int, queries: int) -> None:
         pytest.fail(f"{len(found)} of {ran} querysets differ:\n\n{shown}", pytrace=False)
 
 
-def _env_seeds(default: list[int]) -> list[int]:
-    raw = os.environ.get("ZERODB_DIFF_SEEDS")
+def _env_seeds(default: list[int], variable: str = "ZERODB_DIFF_SEEDS") -> list[int]:
+    """The seeds to run: ``variable`` (comma-separated) if set, else ``default``."""
+    raw = os.environ.get(variable)
     return [int(s) for s in raw.split(",")] if raw else default
 
 
