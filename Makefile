@@ -60,7 +60,14 @@ bench: $(STAMP)
 # runs only when its results are missing or with CONFORMANCE_BASELINE=1.
 CONFORMANCE_APPS_ARG = $(if $(CONFORMANCE_APPS),--apps "$(CONFORMANCE_APPS)")
 
-conformance: $(STAMP)
+# Django's optional test packages (setup.cfg's `conformance` extra), once.
+CONFORMANCE_STAMP := $(VENV)/.conformance-installed
+
+$(CONFORMANCE_STAMP): $(STAMP) setup.cfg
+	$(PY) -m pip install --quiet -e '.[dev,example,conformance]'
+	@touch $(CONFORMANCE_STAMP)
+
+conformance: $(CONFORMANCE_STAMP)
 	@if [ "$(CONFORMANCE_BASELINE)" = 1 ] || [ ! -f bench/results/conformance-sqlite.json ]; then \
 		echo "SQLite baseline: $(PY) -m bench.conformance --backend sqlite --no-doc"; \
 		$(PY) -m bench.conformance --backend sqlite --no-doc $(CONFORMANCE_APPS_ARG) || exit 1; \

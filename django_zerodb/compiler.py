@@ -23,7 +23,7 @@ from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
-from django_zerodb.query import SelectQuery
+from django_zerodb.query import SelectQuery, refuse_composite_pk
 from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
 
@@ -97,6 +97,9 @@ class SQLCompiler(compiler.SQLCompiler):
         return self.select_query().describe().replace("%", "%%"), ()
 
     def explain_query(self):
+        info = self.query.explain_info
+        if info is not None:  # Django's checks of the format and options
+            self.connection.ops.explain_query_prefix(info.format, **info.options)
         select = self.select_query()
         with _Logged(self, f"EXPLAIN {select.describe()}"):
             yield from select.explain_lines()
@@ -104,6 +107,7 @@ class SQLCompiler(compiler.SQLCompiler):
 
 class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
     def execute_sql(self, returning_fields=None):
+        refuse_composite_pk(self.query.model)
         opts = self.query.get_meta()
         table = opts.db_table
         pk = opts.pk
@@ -225,6 +229,10 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                     raise FieldError(  # as Django says it on every backend
                         f"Aggregate functions are not allowed in this query ({field.name}={val!r})."
                     )
+                if val.contains_over_clause:
+                    raise FieldError(
+                        f"Window expressions are not allowed in this query ({field.name}={val!r})."
+                    )
             elif hasattr(val, "prepare_database_save"):
                 if field.remote_field:
                     val = val.prepare_database_save(field)
@@ -233,10 +241,11 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
                         f"Tried to update field {field} with a model instance, {val!r}. "
                         f"Use a value compatible with {field.__class__.__name__}."
                     )
+            # As Django's UPDATE: the field prepares every value (an expression comes back
+            # as it is, but a JSONField turns Value(None, JSONField()) into JSON null).
+            val = field.get_db_prep_save(val, connection=self.connection)
             if _is_expr(val):
                 check_supported(val)  # refused even when no row matches
-            else:
-                val = field.get_db_prep_save(val, connection=self.connection)
             values.append((field, val))
         count = 0
         if values and not SelectQuery(self).trivially_empty():

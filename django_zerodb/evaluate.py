@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import decimal
 import json
+import os
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -42,12 +44,28 @@ from django.db.models.expressions import (
     Value,
     When,
 )
-from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.fields.json import (
+    JSONExact,
+    KeyTextTransform,
+    KeyTransform,
+    KeyTransformExact,
+    KeyTransformIExact,
+)
 from django.db.models.sql.compiler import PositionRef
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, WhereNode
+from django.utils.deprecation import RemovedInDjango2028Warning, django_file_prefixes
 
-from django_zerodb import aggregates, casts, functions, temporal  # noqa: F401  (they register)
+from django_zerodb import (  # noqa: F401  (they register)
+    aggregates,
+    casts,
+    functions,
+    jsonvalues,
+    temporal,
+    windows,
+)
+from django_zerodb.affinity import coercions
+from django_zerodb.correlated import Bound, bind, memo_key
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.expressions import UserLookup
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
@@ -72,11 +90,9 @@ __all__ = [
     "Order",
     "check_supported",
     "compare",
-    "exported",
     "hashable",
     "lookup_kind",
     "lookup_test",
-    "sortable",
 ]
 
 Row = dict[str, Any]
@@ -158,8 +174,11 @@ def check_supported(node: Any) -> None:
         return
     if isinstance(node, Subquery | Query):
         return
+    if isinstance(node, ResolvedOuterRef | OuterRef):
+        raise ValueError(OUTSIDE_SUBQUERY)
     if isinstance(node, Lookup):
-        lookup_kind(node)
+        if lookup_kind(node) == "isnull" and not isinstance(node.rhs, bool):
+            raise ValueError("The QuerySet value for an isnull lookup must be True or False.")
         check_supported(node.lhs)
         rhs = node.rhs
         for item in rhs if isinstance(rhs, list | tuple) else [rhs]:
@@ -204,7 +223,10 @@ class Evaluator:
         self.resolve_subquery = resolve_subquery
         self.decorrelate = decorrelate
         self._rhs: dict[int, Any] = {}
-        self._exists: dict[int, tuple[list, set]] = {}
+        self._exists: dict[int, Any] = {}
+        # Subqueries: the enclosing columns each reads, and results per outer values.
+        self._references: dict[int, set] = {}
+        self._subqueries: dict[tuple, list] = {}
         # ``extra(select=...)`` columns Django itself adds (see query._extra_columns).
         self.raw_columns: dict[str, tuple[str, str]] = {}
         # CURRENT_TIMESTAMP of this statement (temporal.now), taken when first asked.
@@ -240,9 +262,18 @@ class Evaluator:
         if isinstance(kind, UserLookup):
             with computing(type(lookup).__name__):
                 return kind.test(lhs, rhs)
-        if _is_json(lookup.lhs):
+        if isinstance(lookup, KeyTransformIExact) and lookup.rhs is None:
+            # key__iexact=None is Django's key__exact=None: the key holds JSON null.
+            key = lookup.lhs
+            found = jsonvalues.step(jsonvalues.document(self.value(key.lhs, row)), key.key_name)
+            return None if found is jsonvalues.MISSING else found is None
+        if jsonvalues.is_json(lookup.lhs):
             return _json_lookup(kind, lhs, rhs)
-        return lookup_test(kind, lhs, rhs)
+        if isinstance(lookup.lhs, Col) and isinstance(lookup.rhs, Col | Bound):
+            # Two columns of different kinds compare as SQLite compares them.
+            to_lhs, to_rhs = coercions(lookup.lhs.output_field, lookup.rhs.output_field)
+            lhs, rhs = (to_lhs or _same)(lhs), (to_rhs or _same)(rhs)
+        return lookup_test(kind, jsonvalues.scalar(lhs), rhs)
 
     def rhs(self, lookup: Any, row: Row) -> Any:
         """The right-hand side of a lookup as stored values (cached when constant)."""
@@ -253,7 +284,9 @@ class Evaluator:
         constant = True
         kind = lookup_kind(lookup)
         name = kind if isinstance(kind, str) else None
-        if getattr(lookup, "bilateral_transforms", None):
+        if name in _HAS_KEY:
+            value = _key_paths(rhs)
+        elif getattr(lookup, "bilateral_transforms", None):
             value, constant = self._bilateral(lookup, name, row)
         elif _is_query(rhs):
             db = getattr(rhs, "_db", None)
@@ -262,13 +295,13 @@ class Evaluator:
                     "Subqueries aren't allowed across different databases. Force the "
                     "inner query to be evaluated using `list(inner_query)`."
                 )
-            refuse_correlated(rhs, "as the right-hand side of a lookup")
-            value = self.resolve_subquery(rhs)
+            constant = not self.correlated(rhs)
+            value = self.subquery_rows(getattr(rhs, "query", rhs), row)
             if name != "in":
                 value = value[0] if value else None
         elif hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"):
             constant = _is_constant(rhs)
-            value = self.value(rhs, row)
+            value = self._operand(lookup, rhs, row)
         elif name in ("in", "range"):
             # Django drops None from a list of values for ``in`` (NULL equals nothing).
             value = [self._item(lookup, v, row) for v in rhs if v is not None or name == "range"]
@@ -277,6 +310,8 @@ class Evaluator:
             value = rhs
         else:
             value = self.prep(lookup, rhs, name)
+            if value is None and isinstance(lookup, JSONExact):
+                _warn_json_exact_none(lookup)
         if constant:
             self._rhs[key] = value
         return value
@@ -304,8 +339,18 @@ class Evaluator:
 
     def _item(self, lookup: Any, value: Any, row: Row) -> Any:
         if hasattr(value, "resolve_expression"):
-            return self.value(value, row)
+            return self._operand(lookup, value, row)
         return self.prep(lookup, value, lookup_kind(lookup))
+
+    def _operand(self, lookup: Any, expr: Any, row: Row) -> Any:
+        """An expression on a lookup's right: a Python value against JSON (see
+        jsonvalues.operand), else a key's value as a scalar; ``in``'s list item by item."""
+        if isinstance(expr, ExpressionList):
+            return tuple(self._operand(lookup, e, row) for e in expr.get_source_expressions())
+        value = self.value(expr, row)
+        if jsonvalues.is_json(lookup.lhs):
+            return jsonvalues.operand(expr, value)
+        return jsonvalues.scalar(value)
 
     def prep(self, lookup: Any, value: Any, name: Any = None) -> Any:
         """A direct value as the lhs field stores it (dates, decimals, naive UTC...)."""
@@ -313,7 +358,7 @@ class Evaluator:
             name = lookup_kind(lookup)
         if value is None or name in _PATTERN_LOOKUPS:
             return value
-        if _is_json(lookup.lhs):
+        if jsonvalues.is_json(lookup.lhs):
             return value  # compared as Python values (see _json_lookup)
         if not getattr(lookup, "prepare_rhs", True) and not _is_field_lookup(lookup):
             return value
@@ -324,6 +369,31 @@ class Evaluator:
             return field.get_db_prep_value(value, self.connection, prepared=True)
         except (TypeError, ValueError, decimal.InvalidOperation):
             return value
+
+    # -- subqueries ------------------------------------------------------------------------
+
+    def correlated(self, query: Any) -> bool:
+        """Whether a subquery reads columns of enclosing queries (refused when one is an
+        ``OuterRef`` never resolved to a column)."""
+        from django_zerodb.translate import OUTER
+
+        inner = getattr(query, "query", query)
+        key = id(inner)
+        if key not in self._references:
+            references = outer_references(inner)
+            if any(alias == OUTER for alias, _ in references):
+                refuse_correlated(inner, "outside a query that gives its OuterRef a column")
+            self._references[key] = references
+        return bool(self._references[key])
+
+    def subquery_rows(self, query: Any, row: Row) -> list:
+        """A subquery's first column, run once, or once per distinct outer row it reads
+        (correlated.py)."""
+        correlated = self.correlated(query)
+        key = (id(query), memo_key(self._references[id(query)], row) if correlated else ())
+        if key not in self._subqueries:
+            self._subqueries[key] = self.resolve_subquery(bind(query, row) if correlated else query)
+        return self._subqueries[key]
 
     # -- values ----------------------------------------------------------------------------
 
@@ -339,129 +409,68 @@ class Evaluator:
 
 
 # -- JSONField ----------------------------------------------------------------------------
-# JSON is stored as its text. Key transforms parse it and walk keys in Python; lookups on
-# JSON compare Python values (so key order and spacing never matter).
+# JSON is stored as its text. Key transforms parse it and walk keys in Python (see
+# jsonvalues.py); lookups on JSON compare Python values (so key order and spacing never
+# matter).
 
-_MISSING = object()
-
-
-def _is_json(expr: Any) -> bool:
-    field = getattr(expr, "_output_field_or_none", None)
-    return field is not None and field.get_internal_type() == "JSONField"
-
-
-def _parsed(value: Any) -> Any:
-    """The Python value of a stored JSON text (a key transform's value is already one)."""
-    if isinstance(value, _Parsed):
-        return value.value
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return _MISSING
-    return value
-
-
-def exported(value: Any) -> Any:
-    """A value as a query returns it: a JSON key's value is handed to JSONField's
-    ``from_db_value`` (strings as JSON text, as SQLite returns them)."""
-    if isinstance(value, _Parsed):
-        inner = value.value
-        if inner is _MISSING or inner is None:
-            return None
-        return json.dumps(inner) if isinstance(inner, str) else inner
-    return value
-
-
-def sortable(value: Any) -> Any:
-    if isinstance(value, _Parsed):
-        return None if value.value is _MISSING else value.value
-    return value
-
-
-class _Parsed:
-    """A value extracted from JSON by a key transform (not JSON text any more)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
+_HAS_KEY = frozenset({"has_key", "has_keys", "has_any_keys"})
 
 
 def _key_transform(ev: Evaluator, expr: Any, row: Row) -> Any:
-    document = _parsed(ev.value(expr.lhs, row))
-    key = expr.key_name
-    if isinstance(document, dict):
-        found = document.get(key, _MISSING)
-    elif isinstance(document, list):
-        try:
-            index = int(key)
-            found = document[index] if -len(document) <= index < len(document) else _MISSING
-        except ValueError:
-            found = _MISSING
-    else:
-        found = _MISSING
+    found = jsonvalues.step(jsonvalues.document(ev.value(expr.lhs, row)), expr.key_name)
     if isinstance(expr, KeyTextTransform):
-        if found is _MISSING or found is None:
+        if found is jsonvalues.MISSING or found is None:
             return None
         return json.dumps(found) if isinstance(found, dict | list) else found
-    return _Parsed(found)
+    return jsonvalues.Parsed(found)
+
+
+def _key_paths(rhs: Any) -> list[list[Any]]:
+    """The paths a ``has_key``/``has_keys``/``has_any_keys`` asks for: a key transform
+    on the right (``value__has_key=F("value__a__b")``) names its own path, as in SQL."""
+    keys = rhs if isinstance(rhs, list | tuple) else [rhs]
+    return [jsonvalues.key_path(k) if isinstance(k, KeyTransform) else [k] for k in keys]
+
+
+def _warn_json_exact_none(lookup: Any) -> None:
+    """Django's deprecation warning for ``json_field=None`` (meaning JSON null), which
+    its SQL compilers give and this backend, compiling no SQL, gives here."""
+    if isinstance(lookup, KeyTransformExact) or isinstance(lookup.lhs, KeyTransform):
+        return
+    warnings.warn(
+        "Using None as the right-hand side of an exact lookup on JSONField to mean JSON "
+        "scalar 'null' is deprecated. Use JSONNull() instead (or use the __isnull lookup "
+        "if you meant SQL NULL).",
+        RemovedInDjango2028Warning,
+        skip_file_prefixes=(*django_file_prefixes(), os.path.dirname(__file__)),
+    )
 
 
 def _json_lookup(name: str, lhs: Any, rhs: Any) -> bool | None:
-    """A lookup whose left side is JSON (a column or a key of one)."""
-    value = _parsed(lhs)
-    keyed = isinstance(lhs, _Parsed)
+    """A lookup whose left side is JSON (a column or a key of one); ``rhs`` holds Python
+    values (see ``Evaluator.rhs``)."""
+    value = jsonvalues.document(lhs)
     if name == "isnull":
-        absent = value is _MISSING or (not keyed and lhs is None)
-        return absent == bool(rhs)
-    if value is _MISSING or (lhs is None and not keyed):
+        return (value is jsonvalues.MISSING) == bool(rhs)
+    if value is jsonvalues.MISSING:
         return None
-    if name in ("has_key", "has_keys", "has_any_keys"):
-        keys = [rhs] if name == "has_key" else list(rhs)
-        found = [_has_key(value, str(k)) for k in keys]
+    if name in _HAS_KEY:
+        found = [jsonvalues.has_path(value, path) for path in rhs]
         return any(found) if name == "has_any_keys" else all(found)
     if name in ("exact", "iexact"):
-        target = _json_rhs(rhs)
-        if name == "iexact" and isinstance(value, str) and isinstance(target, str):
-            return value.lower() == target.lower()
-        return _json_equal(value, target)
+        if name == "iexact" and isinstance(value, str) and isinstance(rhs, str):
+            return value.lower() == rhs.lower()
+        return jsonvalues.equal(value, rhs)
     if name == "in":
-        return any(_json_equal(value, _json_rhs(v)) for v in rhs)
+        return any(jsonvalues.equal(value, v) for v in rhs)
     if name in _PATTERN_LOOKUPS:
         if value is None:
             return None
-        text = value if isinstance(value, str) else json.dumps(value)
-        return lookup_test(name, text, rhs)
+        text_value = value if isinstance(value, str) else json.dumps(value)
+        return lookup_test(name, text_value, rhs)
     if value is None:
         return None
-    return lookup_test(name, value, _json_rhs(rhs))
-
-
-def _json_rhs(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return a == b
-
-
-def _has_key(value: Any, key: str) -> bool:
-    if isinstance(value, dict):
-        return key in value
-    if isinstance(value, list):
-        try:
-            return -len(value) <= int(key) < len(value)
-        except ValueError:
-            return False
-    return False
+    return lookup_test(name, value, rhs)
 
 
 _PATTERN_LOOKUPS = frozenset(
@@ -636,6 +645,12 @@ def _combined_decimal(op: str, a: Any, b: Any) -> Any:
     return {"+": a + b, "-": a - b, "*": a * b}.get(op)
 
 
+def _wrapper(ev: Evaluator, expr: Any, row: Row) -> Any:
+    """``ExpressionWrapper``: a key's value leaves JSON when the wrapper's type is not."""
+    value = ev.value(expr.expression, row)
+    return value if jsonvalues.is_json(expr) else jsonvalues.scalar(value)
+
+
 def _case(ev: Evaluator, expr: Any, row: Row) -> Any:
     for when in expr.cases:
         if ev.truth(when.condition, row) is True:
@@ -652,6 +667,10 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
 
     value = expr.value
     field = getattr(expr, "_output_field_or_none", None)
+    if value is None and jsonvalues.is_json(expr):
+        # Value(None, JSONField()) is JSON's null, except inside an expression written
+        # to a column (bulk_update's CASE), where Django's get_db_prep_save makes it NULL.
+        return None if getattr(expr, "for_save", False) else "null"
     if value is not None and field is not None and hasattr(field, "get_db_prep_value"):
         try:
             return field.get_db_prep_value(value, ev.connection, prepared=False)
@@ -661,14 +680,9 @@ def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 
 def _scalar_subquery(ev: Evaluator, expr: Any, row: Row) -> Any:
-    """``Subquery(...)`` used as a value: run once (it cannot depend on the row)."""
-    query = getattr(expr, "query", expr)
-    refuse_correlated(query, "as a value")
-    key = id(query)
-    if key not in ev._rhs:
-        found = ev.resolve_subquery(query)
-        ev._rhs[key] = found[0] if found else None
-    return ev._rhs[key]
+    """``Subquery(...)`` used as a value: its first row's first column, or NULL."""
+    found = ev.subquery_rows(getattr(expr, "query", expr), row)
+    return found[0] if found else None
 
 
 def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
@@ -677,22 +691,39 @@ def _exists(ev: Evaluator, expr: Any, row: Row) -> Any:
     outer values are among the results."""
     found = ev._exists.get(id(expr))
     if found is None:
-        found = ev._exists[id(expr)] = ev.decorrelate(expr.query)
+        try:
+            found = ev.decorrelate(expr.query)
+        except NotSupportedError:
+            if not ev.correlated(expr.query):
+                raise
+            found = _PER_ROW  # outer references other than inner = outer equalities
+        ev._exists[id(expr)] = found
+    if found is _PER_ROW:
+        return bool(ev.subquery_rows(expr.query, row))
     outer, keys = found
     if not outer:
         return bool(keys)
-    values = tuple(ev.value(c, row) for c in outer)
+    values = tuple(convert(ev.value(c, row)) for c, convert in outer)
     return None not in values and tuple(map(hashable, values)) in keys
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_PER_ROW: Any = object()  # an EXISTS that runs once per distinct outer row
+
+
+# Django's words (ResolvedOuterRef.as_sql) for an OuterRef in a query run on its own.
+OUTSIDE_SUBQUERY = (
+    "This queryset contains a reference to an outer query and may only be used in a subquery."
+)
 
 
 def _unresolved(ev: Evaluator, expr: Any, row: Row) -> Any:
     if isinstance(expr, Q):
         raise NotSupportedError("unresolved Q object in an expression")
-    raise NotSupportedError(
-        f"an unresolved {type(expr).__name__} reached the encrypted database: an OuterRef "
-        "outside a subquery, or a correlated subquery it cannot run; filter across the "
-        "relation instead"
-    )
+    raise ValueError(OUTSIDE_SUBQUERY)
 
 
 for _klass, _handler in {
@@ -712,7 +743,7 @@ for _klass, _handler in {
     # JSON's null (not SQL's NULL), stored as JSON text like every JSON value.
     JSONNull: lambda ev, e, row: "null",
     CombinedExpression: _combined,
-    ExpressionWrapper: lambda ev, e, row: ev.value(e.expression, row),
+    ExpressionWrapper: _wrapper,
     # ~Exists(...), ~F("flag")
     NegatedExpression: lambda ev, e, row: not3(ev.truth(e.expression, row)),
     When: _when_condition,

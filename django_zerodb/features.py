@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db.backends.base.features import BaseDatabaseFeatures
 
+from django_zerodb.expected_failures import expected_failures
+
 
 class DatabaseFeatures(BaseDatabaseFeatures):
     minimum_database_version = None
@@ -43,14 +45,16 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_unspecified_pk = False
     interprets_empty_strings_as_nulls = False
     supports_forward_references = True
-    # No SQL: no raw queries, no set operations, no DISTINCT ON, no window functions.
-    supports_select_union = False
-    supports_select_intersection = False
-    supports_select_difference = False
+    # No SQL: no raw queries, no DISTINCT ON. Window functions run on the query's rows
+    # (windows.py). Set operations run on
+    # the parts' rows (combined.py); a part may not be ordered or sliced, as on SQLite.
+    supports_select_union = True
+    supports_select_intersection = True
+    supports_select_difference = True
     supports_slicing_ordering_in_compound = False
     can_distinct_on_fields = False
-    supports_over_clause = False
-    supports_frame_range_fixed_distance = False
+    supports_over_clause = True
+    supports_frame_range_fixed_distance = True
     supports_aggregate_filter_clause = True
     # StringAgg(..., order_by=...): the group's rows are sorted first (query.py).
     supports_aggregate_order_by_clause = True
@@ -106,80 +110,8 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     nulls_order_largest = False
     greatest_least_ignores_nulls = False
     supports_logical_xor = True
-    # What Django's own test suite may skip or expect to fail here, each with a reason
-    # (from `make conformance`; see docs/conformance.md). Tests that pass on SQLite and
-    # fail here for a reason listed below; a listed test still counts as not passing.
+    # What Django's own test suite may skip or expect to fail here (from `make
+    # conformance`; see docs/conformance.md): expected failures are declared by category,
+    # with their reasons, in expected_failures.py. A listed test still counts as not passing.
     django_test_skips: dict[str, set[str]] = {}
-    django_test_expected_failures: set[str] = {
-        # select_for_update() is optimistic here: it never blocks another transaction; a
-        # commit whose rows changed since they were read fails instead.
-        "get_or_create.tests.UpdateOrCreateTransactionTests.test_creation_in_transaction",
-        "get_or_create.tests.UpdateOrCreateTransactionTests.test_updates_in_transaction",
-        # Asserts on SQL text or SQL parameters; this backend runs no SQL (connection.queries
-        # holds engine plans).
-        "admin_changelist.tests.ChangeListTests.test_changelist_view_list_editable_changed_objects_uses_filter",
-        "admin_changelist.tests.ChangeListTests.test_many_search_terms",
-        "basic.tests.ModelRefreshTests.test_refresh_for_update",
-        "delete.tests.DeletionTests.test_only_referenced_fields_selected",
-        "get_or_create.tests.UpdateOrCreateTests.test_update_only_defaults_and_pre_save_fields_when_local_fields",
-        "lookup.tests.LookupTests.test_exact_booleanfield",
-        "lookup.tests.LookupTests.test_exact_booleanfield_annotation",
-        "lookup.tests.LookupTests.test_in_ignore_none",
-        "lookup.tests.LookupTests.test_in_ignore_none_with_unhashable_items",
-        "lookup.tests.LookupTests.test_in_keeps_value_ordering",
-        "lookup.tests.LookupTests.test_lookup_direct_value_rhs_unwrapped",
-        "lookup.tests.LookupTests.test_textfield_exact_null",
-        "model_fields.test_jsonfield.TestQuerying.test_key_sql_injection_escape",
-        "model_forms.tests.ModelMultipleChoiceFieldTests.test_clean_does_deduplicate_values",
-        # Correlated subqueries other than EXISTS on OuterRef equalities are not supported.
-        "lookup.tests.LookupQueryingTests.test_filter_subquery_lhs",
-        "lookup.tests.LookupTests.test_nested_outerref_lhs",
-        "model_fields.test_jsonfield.TestQuerying.test_nested_key_transform_on_subquery",
-        "model_fields.test_jsonfield.TestQuerying.test_obj_subquery_lookup",
-        "ordering.tests.OrderingTests.test_orders_nulls_first_on_filtered_subquery",
-        # Counts queries: some statements are one SQL query elsewhere and two engine statements
-        # here, or the reverse.
-        "bulk_create.tests.BulkCreateTransactionTests.test_multiple_batches",
-        "bulk_create.tests.BulkCreateTransactionTests.test_objs_with_and_without_pk",
-        # FilteredRelation is not supported.
-        "known_related_objects.tests.ExistingRelatedInstancesTests.test_multilevel_reverse_fk_cyclic_select_related",
-        "known_related_objects.tests.ExistingRelatedInstancesTests.test_multilevel_reverse_fk_select_related",
-        "known_related_objects.tests.ExistingRelatedInstancesTests.test_reverse_fk_select_related_multiple",
-        # JSONField edge cases: key paths as has_key arguments, JSON null versus a missing key,
-        # containment.
-        "model_fields.test_jsonfield.JSONExactNoneDeprecationTests.test_filter",
-        "model_fields.test_jsonfield.TestQuerying.test_expression_wrapper_key_transform",
-        "model_fields.test_jsonfield.TestQuerying.test_has_key_deep",
-        "model_fields.test_jsonfield.TestQuerying.test_has_key_list",
-        "model_fields.test_jsonfield.TestQuerying.test_has_key_number",
-        "model_fields.test_jsonfield.TestQuerying.test_join_key_transform_annotation_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_key_iexact_none",
-        "model_fields.test_jsonfield.TestQuerying.test_key_in",
-        "model_fields.test_jsonfield.TestQuerying.test_key_quoted_string",
-        "model_fields.test_jsonfield.TestQuerying.test_key_transform_annotation_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_key_transform_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_nested_key_transform_annotation_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_nested_key_transform_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_numeric_lookups_with_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_ordering_grouping_by_count",
-        "model_fields.test_jsonfield.TestSaveLoad.test_json_null_different_from_sql_null",
-        # NulledTransform (exact=None on a transform) is not evaluated.
-        "lookup.tests.LookupTests.test_exact_none_transform",
-        # Uses raw SQL, QuerySet.extra() or RawSQL, which the encrypted store refuses.
-        "basic.tests.ModelFromDbTests.test_old_signature_raw",
-        "basic.tests.ModelTest.test_extra_method_select_argument_with_dashes",
-        "basic.tests.ModelTest.test_extra_method_select_argument_with_dashes_and_values",
-        "defer.tests.DeferTests.test_defer_extra",
-        "lookup.tests.LookupTests.test_in_bulk_values_extra_select_all_fields",
-        "lookup.tests.LookupTests.test_values_extra",
-        "lookup.tests.LookupTests.test_values_list_extra",
-        "many_to_one.tests.ManyToOneTests.test_joined_extra",
-        "model_fields.test_jsonfield.TestQuerying.test_in_json_whitespace",
-        "model_fields.test_jsonfield.TestQuerying.test_key_transform_raw_expression",
-        "model_fields.test_jsonfield.TestQuerying.test_nested_key_transform_raw_expression",
-        "ordering.tests.OrderingTests.test_extra_ordering",
-        "ordering.tests.OrderingTests.test_extra_ordering_quoting",
-        "ordering.tests.OrderingTests.test_extra_ordering_with_table_name",
-        # isnull with a non-boolean value on a related lookup is not refused with ValueError.
-        "lookup.tests.LookupTests.test_isnull_non_boolean_value",
-    }
+    django_test_expected_failures: set[str] = expected_failures()

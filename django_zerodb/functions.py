@@ -217,3 +217,33 @@ register(fn.Power, strict(sql_power))
 register(fn.Sqrt, strict(sql_sqrt))
 register(fn.Round, strict(sql_round))
 register(fn.Random, lambda ev, e, row: random.random())
+
+
+def _real(function: Callable[..., float]) -> Callable[..., float]:
+    """A math function of reals, as Django's SQLite functions compute it (Python's
+    ``math`` on the values; a decimal is read as a float first). A value outside the
+    function's domain is a DataError (SQLite: an error raised by the function)."""
+
+    def compute(*args: Any) -> float:
+        if any(isinstance(a, bool) for a in args):
+            raise TypeError("a boolean argument")
+        return function(*(float(a) for a in args))
+
+    return compute
+
+
+register(fn.Exp, strict(_real(math.exp)))
+register(fn.Ln, strict(_real(math.log)))
+# LOG(base, x), arguments in SQL's order (Django's Log(a, b) is log base a of b).
+register(fn.Log, strict(_real(lambda base, x: math.log(x, base))))
+register(fn.Pi, lambda ev, e, row: math.pi)
+register(fn.Sin, strict(_real(math.sin)))
+register(fn.Cos, strict(_real(math.cos)))
+register(fn.Tan, strict(_real(math.tan)))
+register(fn.Cot, strict(_real(lambda x: 1 / math.tan(x))))
+register(fn.ASin, strict(_real(math.asin)))
+register(fn.ACos, strict(_real(math.acos)))
+register(fn.ATan, strict(_real(math.atan)))
+register(fn.ATan2, strict(_real(math.atan2)))
+register(fn.Degrees, strict(_real(math.degrees)))
+register(fn.Radians, strict(_real(math.radians)))

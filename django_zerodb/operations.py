@@ -2,8 +2,9 @@
 
 Values are stored as typed Python values (msgpack keeps date, datetime, Decimal, UUID,
 time), so the adapters keep types instead of turning them into SQL literals. Datetimes
-are stored naive in UTC when ``USE_TZ`` is on (as SQLite does) so that they order and
-compare the same way in indexes and in Python.
+are stored naive in the connection's time zone when ``USE_TZ`` is on (UTC, or the
+database's ``TIME_ZONE``, as SQLite does) so that they order and compare the same way in
+indexes and in Python.
 """
 
 from __future__ import annotations
@@ -48,16 +49,20 @@ class DatabaseOperations(BaseDatabaseOperations):
         if timezone.is_aware(value):
             if not settings.USE_TZ:
                 raise ValueError(
-                    "the encrypted database stores naive datetimes when USE_TZ is False"
+                    "The encrypted database backend does not support timezone-aware "
+                    "datetimes when USE_TZ is False."
                 )
-            value = timezone.make_naive(value, datetime.UTC)
+            # Naive in the connection's zone: UTC, or the database's TIME_ZONE.
+            value = timezone.make_naive(value, self.connection.timezone)
         return value
 
     def adapt_timefield_value(self, value: Any) -> Any:
         if value is None or hasattr(value, "resolve_expression"):
             return value
         if timezone.is_aware(value):
-            raise ValueError("the encrypted database does not store aware times")
+            raise ValueError(
+                "The encrypted database backend does not support timezone-aware times."
+            )
         return value
 
     def adapt_decimalfield_value(
@@ -90,7 +95,7 @@ class DatabaseOperations(BaseDatabaseOperations):
 
     def convert_datetimefield_value(self, value: Any, expression: Any, connection: Any) -> Any:
         if isinstance(value, datetime.datetime) and timezone.is_naive(value):
-            value = timezone.make_aware(value, datetime.UTC)
+            value = timezone.make_aware(value, self.connection.timezone)
         return value
 
     # -- SQL-shaped hooks --------------------------------------------------------------------

@@ -21,22 +21,24 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db.models import Aggregate, Count
-from django.db.models.expressions import Col, OrderBy, Star
+from django.db.models.expressions import Col, OrderBy, Ref, Star, Window
 from django.db.models.lookups import IntegerFieldOverflow
 from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
+from django.db.models.sql.query import Query
 from django.db.models.sql.where import NothingNode
 
+from django_zerodb import combined, windows
+from django_zerodb.affinity import coercions, join_coercions
 from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
     Evaluator,
     check_supported,
-    exported,
     outer_references,
-    sortable,
 )
 from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.jsonvalues import exported, scalar, sortable
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.registry import own_sql, unsupported
 from django_zerodb.translate import (
@@ -86,6 +88,7 @@ class SelectQuery:
         self.ev = Evaluator(self.connection, self._subquery, self._decorrelate)
         # ``Q(...).check(values)`` (model validation of check constraints) runs a SELECT
         # of values without any table: ``Query(None)``.
+        refuse_composite_pk(self.query.model)
         self.tableless = self.query.model is None and not self.query.alias_map
         if self.tableless:
             self.base_alias, self.table, self.pk_column = None, None, None
@@ -110,6 +113,7 @@ class SelectQuery:
 
     def _read_compiler(self) -> None:
         c = self.compiler
+        self.qualify = None
         if self.inner is not None:
             self.where = None
             self.having = None
@@ -128,18 +132,27 @@ class SelectQuery:
         _refuse_unsupported(self.query)
         if getattr(c, "_zerodb_setup", None) is None:
             _, order_by, _ = c.pre_sql_setup()
-            c._zerodb_setup = (c.where, c.having, order_by)
-        self.where, self.having, order_by = c._zerodb_setup
+            c._zerodb_setup = (c.where, c.having, c.qualify, order_by)
+        self.where, self.having, self.qualify, order_by = c._zerodb_setup
         if c._meta_ordering and self.query.group_by is not None:
             order_by = []  # as Django does: Meta.ordering never applies to a GROUP BY
         self.order_by = [expr for expr, _ in order_by]
-        for expr in (self.where, self.having, *self.order_by, *(e for e, _, _ in c.select)):
+        selected = (e for e, _, _ in c.select)
+        for expr in (self.where, self.having, self.qualify, *self.order_by, *selected):
             check_supported(expr)
 
     def trivially_empty(self) -> bool:
         """True when the WHERE clause can match nothing whatever the data (``none()``,
-        ``pk__in=[]``): like Django's ``EmptyResultSet``, no query is run (nor logged)."""
+        ``pk__in=[]``): like Django's ``EmptyResultSet``, no query is run (nor logged).
+        A combined query's own WHERE is its first part's: its parts decide."""
         self._setup()
+        q = self.query
+        if q.combinator:
+            empty = [
+                SelectQuery(p.get_compiler(connection=self.connection)).trivially_empty()
+                for p in q.combined_queries
+            ]
+            return combined.empty(q.combinator, empty)
         for term in conjuncts(self.where):
             if isinstance(term, NothingNode):
                 return True
@@ -151,6 +164,11 @@ class SelectQuery:
                 return True
             if _out_of_range(term, self.compiler, self.connection):
                 return True
+            if getattr(term, "lookup_name", None) == "in" and isinstance(term.rhs, Query):
+                # pk__in=<a subquery that can match nothing>: Django's EmptyResultSet too.
+                inner = term.rhs.get_compiler(connection=self.connection)
+                if SelectQuery(inner, view=self._view).trivially_empty():
+                    return True
         return False
 
     def _joins(self) -> list[Join]:
@@ -190,9 +208,16 @@ class SelectQuery:
             alias = join.table_alias
             if alias not in chain or not restrict.get(alias) or len(join.join_cols) != 1:
                 continue
+            on = self._on(join)
+            if on is not None and aliases_of(on) != {alias}:
+                continue
+            to_parent, to_child = join_coercions(join)
+            if to_parent is not None:  # text keys of the parent: matched in Python
+                continue
             parent_col, child_col = join.join_cols[0]
-            rows = self.fetch(join.table_name, combine(restrict[alias]))
-            values = {r.get(child_col) for _, r in rows} - {None}
+            child = restrict[alias] + ([pushdown(on, alias, self.ev)] if on is not None else [])
+            rows = self.fetch(join.table_name, combine(child))
+            values = {(to_child or _same)(r.get(child_col)) for _, r in rows} - {None}
             restrict[join.parent_alias].append(Any_(parent_col, _sorted(values)))
         self.joins, self.by_alias = joins, by_alias
         self.restrict, self.residual = restrict, residual
@@ -281,6 +306,8 @@ class SelectQuery:
             return self._outer_aggregate()
         if self.tableless:
             return self._tableless_rows()
+        if self.query.combinator:
+            return self._combined_rows(limit)
         self._plan()
         q = self.query
         low, high = q.low_mark, q.high_mark
@@ -288,7 +315,10 @@ class SelectQuery:
             high = low + limit if high is None else min(high, low + limit)
         aggregates = _aggregates(self.compiler, self.having, self.order_by)
         grouped = bool(aggregates) or q.group_by is not None
-        simple = not self.residual and all(self._attaches(j) for j in self.joins)
+        over = windows.find(
+            [*(e for e, _, _ in self.compiler.select), *self.order_by, self.qualify]
+        )
+        simple = not self.residual and not over and all(self._attaches(j) for j in self.joins)
         if grouped and simple and not q.distinct and _is_plain_count(self.compiler, q):
             n = self.count(self.table, combine(self.restrict[self.base_alias]))
             return [[n]]
@@ -313,13 +343,65 @@ class SelectQuery:
             rows = self._group(rows, aggregates)
             if self.having is not None:
                 rows = [r for r in rows if self.ev.truth(self.having, r) is True]
+        if over:
+            windows.compute(self, rows, over)
+            if self.qualify is not None:  # a filter on a window (Django's QUALIFY)
+                rows = [r for r in rows if self.ev.truth(self.qualify, r) is True]
         for row in rows:
             row[ANNOTATIONS] = self._annotations(row)
         rows = self._sorted(rows)
         projected = [self._project(r) for r in rows]
         if q.distinct:
-            projected = _distinct(projected)
+            projected = _distinct(projected, self._distinct_extra(rows))
         return projected[low:] if high is None else projected[low:high]
+
+    def _distinct_extra(self, rows: list[dict]) -> list[list[Any]]:
+        """Per row, the values of ordering expressions not selected: SELECT DISTINCT
+        selects them too (Django's ``get_extra_select``), so rows that differ only in
+        them stay apart."""
+        selected = [e for e, _, _ in self.compiler.select]
+        extra = [
+            o.expression
+            for o in self.order_by
+            if not isinstance(o.expression, Ref) and o.expression not in selected
+        ]
+        return [[scalar(self.ev.value(e, r)) for e in extra] for r in rows]
+
+    def _combined_rows(self, limit: int | None) -> list[list[Any]]:
+        """``union()``/``intersection()``/``difference()`` (combined.py), then the
+        combined query's ordering, by its selected columns, and slicing."""
+        self._setup()
+        q = self.query
+        selects = []
+        for part in q.combined_queries:
+            if q.selected is not None and part.selected is None:
+                part = part.clone()
+                part.set_values(q.selected)
+            compiler = part.get_compiler(connection=self.connection)
+            combined.check_part(compiler)
+            selects.append(SelectQuery(compiler, view=self._view))
+        kept = combined.kept(q.combinator, [s.trivially_empty() for s in selects])
+        parts = [s.rows() for s, keep in zip(selects, kept, strict=True) if keep]
+        if len(parts) == 1:  # Django compiles the one part left alone: no set operation
+            rows = parts[0]
+        else:
+            rows = combined.combine(q.combinator, q.combinator_all, parts, _hashable)
+        width = len(self.compiler.select)
+        if self.order_by:
+            # By selected columns, and by the ones Django's get_order_by added to every
+            # part for ordering only (``__orderbycolN``, after the selected ones).
+            names = [alias or expr.target.column for expr, _, alias in self.compiler.select]
+            names += [
+                o.expression.refs
+                for o in self.order_by
+                if isinstance(o.expression, Ref) and o.expression.refs not in names
+            ]
+            keyed = [{ANNOTATIONS: dict(zip(names, row, strict=False)), "row": row} for row in rows]
+            rows = [r["row"][:width] for r in self._sorted(keyed)]
+        low, high = q.low_mark, q.high_mark
+        if limit is not None:
+            high = low + limit if high is None else min(high, low + limit)
+        return rows[low:] if high is None else rows[low:high]
 
     def _tableless_rows(self) -> list[list[Any]]:
         """``SELECT <values> WHERE <condition>`` without a table: one row, if the
@@ -340,6 +422,8 @@ class SelectQuery:
     def _attaches(self, join: Join) -> bool:
         """A join that adds at most one row per row: a key to the joined table's pk."""
         if len(join.join_cols) != 1 or join.filtered_relation is not None:
+            return False
+        if self._on(join) is not None:
             return False
         return join.join_cols[0][1] == _pk_columns().get(join.table_name)
 
@@ -370,6 +454,11 @@ class SelectQuery:
 
     # -- joins -----------------------------------------------------------------------------
 
+    def _on(self, join: Join) -> Any:
+        """The condition a join adds to its ON clause besides equal keys (Django's
+        ``get_extra_restriction``: a generic relation's content type), or None."""
+        return join.join_field.get_extra_restriction(join.table_alias, join.parent_alias)
+
     def _join(self, rows: list[dict]) -> list[dict]:
         for join in self.joins:
             if join.filtered_relation is not None:
@@ -381,21 +470,35 @@ class SelectQuery:
                 raise NotSupportedError("joins on composite keys are not supported")
             parent_col, child_col = join.join_cols[0]
             alias = join.table_alias
+            on = self._on(join)
+            # The ON clause's extra condition (a generic relation's content type): on the
+            # joined table's fetch when it reads only that table, else per pair of rows.
+            local = on is not None and aliases_of(on) == {alias}
+            child = [pushdown(on, alias, self.ev)] if local else []
+            # Keys of a number column and a text column compare as SQLite compares them.
+            to_parent, to_child = join_coercions(join)
+            parent_key, child_key = to_parent or _same, to_child or _same
             keys = {
-                _hashable(r[join.parent_alias].get(parent_col))
+                _hashable(parent_key(r[join.parent_alias].get(parent_col)))
                 for r in rows
                 if r.get(join.parent_alias) is not None
             } - {None}
             matches: dict[Any, list[Record]] = defaultdict(list)
             if keys:
-                expr = combine([Any_(child_col, _sorted(keys)), *self.restrict.get(alias, [])])
+                # Text keys of the joined table cannot be looked up by number.
+                wanted = [Any_(child_col, _sorted(keys))] if to_child is None else []
+                expr = combine([*wanted, *self.restrict.get(alias, []), *child])
                 for _, record in self.fetch(join.table_name, expr):
-                    matches[_hashable(record.get(child_col))].append(record)
+                    matches[_hashable(child_key(record.get(child_col)))].append(record)
             outer = join.join_type != "INNER JOIN"
             joined = []
             for row in rows:
                 parent = row.get(join.parent_alias)
-                found = matches.get(_hashable(parent.get(parent_col))) if parent else None
+                found = (
+                    matches.get(_hashable(parent_key(parent.get(parent_col)))) if parent else None
+                )
+                if found and on is not None and not local:
+                    found = [r for r in found if self.ev.truth(on, {**row, alias: r}) is True]
                 if found:
                     for record in found:
                         joined.append({**row, alias: record})
@@ -414,17 +517,22 @@ class SelectQuery:
 
     def _group(self, rows: list[dict], aggregates: list) -> list[dict]:
         c, q = self.compiler, self.query
-        keys = [e for e, _, _ in c.select if not e.contains_aggregate]
+        keys = [k for e, _, _ in c.select if not e.contains_aggregate for k in _group_keys(e)]
         if isinstance(q.group_by, tuple):
             keys.extend(e for e in q.group_by if not e.contains_aggregate)
         if not self.compiler._meta_ordering:  # Meta.ordering never splits groups
-            keys.extend(o.expression for o in self.order_by if not o.contains_aggregate)
+            # What ORDER BY adds to GROUP BY is its columns (Django's get_group_by_cols):
+            # order_by("?") adds none, so it never splits groups.
+            for o in self.order_by:
+                if not o.contains_aggregate:
+                    keys.extend(o.get_group_by_cols())
         if q.group_by is None and not keys:
             groups = {(): rows}
         else:
             groups = defaultdict(list)
             for row in rows:
-                groups[tuple(_hashable(self.ev.value(k, row)) for k in keys)].append(row)
+                key = tuple(_hashable(scalar(self.ev.value(k, row))) for k in keys)
+                groups[key].append(row)
         out = []
         for members in groups.values():
             # No rows at all: SQL still answers one row, every column of it NULL.
@@ -451,7 +559,7 @@ class SelectQuery:
         if isinstance(source, Star):
             values = [1] * len(rows)
         else:
-            values = [self.ev.value(source, r) for r in rows]
+            values = [scalar(self.ev.value(source, r)) for r in rows]
             values = [v for v in values if v is not None]
         if agg.distinct:
             seen = {}
@@ -508,11 +616,13 @@ class SelectQuery:
     def _subquery(self, query: Any) -> list:
         inner = getattr(query, "query", query)
         compiler = inner.get_compiler(connection=self.connection)
-        return [row[0] for row in SelectQuery(compiler, view=self._view).rows()]
+        # A subquery selecting nothing (EXISTS) still has its rows.
+        return [row[0] if row else None for row in SelectQuery(compiler, view=self._view).rows()]
 
     def _decorrelate(self, query: Any) -> tuple[list, set]:
         """Run a correlated ``EXISTS`` subquery once, without its ``inner = outer``
-        equalities: return the outer columns and the set of inner value tuples."""
+        equalities: return the outer columns (each with what to apply to its values)
+        and the set of inner value tuples."""
         inner = query.clone()
         inner.clear_limits()
         inner.clear_ordering(force=True)
@@ -543,8 +653,13 @@ class SelectQuery:
         rows = SelectQuery(compiler, view=self._view).rows()
         if not pairs:
             return [], {()} if rows else set()
-        keys = {tuple(hashable(v) for v in r[: len(pairs)]) for r in rows}
-        return [o for _, o in pairs], keys
+        # A text column equal to a number column: compared as SQLite compares them.
+        converters = [coercions(o.target, i.target) for i, o in pairs]
+        keys = {
+            tuple(hashable((c or _same)(v)) for (_, c), v in zip(converters, r, strict=False))
+            for r in rows
+        }
+        return [(o, c or _same) for (_, o), (c, _) in zip(pairs, converters, strict=True)], keys
 
     # -- description -----------------------------------------------------------------------
 
@@ -616,20 +731,23 @@ def _out_of_range(term: Any, compiler: Any, connection: Any) -> bool:
     return False
 
 
+def refuse_composite_pk(model: Any) -> None:
+    """Joins, lookups and subqueries here match one key column, so a model whose
+    primary key is a ``CompositePrimaryKey`` is refused whenever it is read or written
+    (its table may exist: a migration declaring it still runs)."""
+    from django.db.models import CompositePrimaryKey
+
+    if model is not None and isinstance(model._meta.pk, CompositePrimaryKey):
+        raise NotSupportedError(
+            f"{model._meta.label}: composite primary keys (CompositePrimaryKey) are not "
+            "supported by the encrypted database; use a single-column primary key and a "
+            "UniqueConstraint over the columns"
+        )
+
+
 def _refuse_unsupported(query: Any) -> None:
     """Refuse what Django's SQL compiler would have turned into SQL the store lacks, rather
     than answer something else."""
-    if query.combinator:
-        raise NotSupportedError(
-            f"{query.combinator}() is not supported by the encrypted database: combine the "
-            "conditions with Q objects (|, &, ~) in one filter(), or combine the results in "
-            "Python"
-        )
-    if any(getattr(e, "contains_over_clause", False) for e in query.annotations.values()):
-        raise NotSupportedError(
-            "window expressions (Window, OVER) are not supported by the encrypted database: "
-            "compute ranks and running totals in Python on the fetched rows"
-        )
     if query.distinct_fields:
         raise NotSupportedError(
             "distinct(*fields) (DISTINCT ON) is not supported by the encrypted database: use "
@@ -706,6 +824,10 @@ def _pk_candidates(expr: Expr | None, pk_column: str | None) -> list | None:
     return None
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 def _sorted(values) -> list:
     return sorted(values, key=_Order)
 
@@ -718,11 +840,12 @@ def _hashable(value: Any) -> Any:
         return encode_key(value) if not isinstance(value, dict | list) else repr(value)
 
 
-def _distinct(rows: list[list[Any]]) -> list[list[Any]]:
+def _distinct(rows: list[list[Any]], extra: list[list[Any]] | None = None) -> list[list[Any]]:
+    """The first of each set of equal rows (equal also in ``extra``, when given)."""
     seen = set()
     out = []
-    for row in rows:
-        key = tuple(_hashable(v) for v in row)
+    for i, row in enumerate(rows):
+        key = tuple(_hashable(v) for v in (row if extra is None else [*row, *extra[i]]))
         if key not in seen:
             seen.add(key)
             out.append(row)
@@ -731,6 +854,13 @@ def _distinct(rows: list[list[Any]]) -> list[list[Any]]:
 
 def _collect_aggregates(expr: Any, out: list) -> None:
     if expr is None:
+        return
+    if isinstance(expr, Window):
+        # Its function is computed over its frame (windows.py), not over the group; what
+        # the function reads, and the partitioning and ordering, may be group aggregates.
+        function = expr.source_expression
+        for child in [*function.get_source_expressions(), expr.partition_by, expr.order_by]:
+            _collect_aggregates(child, out)
         return
     if getattr(expr, "contains_aggregate", False) and _is_aggregate(expr):
         out.append(expr)
@@ -745,6 +875,16 @@ def _collect_aggregates(expr: Any, out: list) -> None:
         _collect_aggregates(expr.lhs, out)
         if hasattr(expr.rhs, "resolve_expression"):
             _collect_aggregates(expr.rhs, out)
+
+
+def _group_keys(expr: Any) -> list:
+    """What a selected expression adds to GROUP BY: itself, but for a window what it
+    partitions and orders by (Django's ``Window.get_group_by_cols``)."""
+    if not getattr(expr, "contains_over_clause", False):
+        return [expr]
+    if isinstance(expr, Window):
+        return expr.get_group_by_cols()
+    return [k for child in expr.get_source_expressions() if child for k in _group_keys(child)]
 
 
 def _is_aggregate(expr: Any) -> bool:

@@ -1,10 +1,10 @@
 """Dates, times and durations: Extract, Trunc, Now, and date arithmetic, as SQL does them.
 
-Datetimes are stored naive in UTC when ``USE_TZ`` is on (the connection's time zone is
-UTC), durations as integer microseconds. A function with a time zone (the current one,
-or ``tzinfo=``) first turns the stored value into the wall time of that zone, with
-Django's own rules for zone names that carry an offset (``"UTC+05:00"``, ``"-10"``), as
-its SQLite and PostgreSQL backends do.
+Datetimes are stored naive in the connection's time zone when ``USE_TZ`` is on (UTC, or
+the database's ``TIME_ZONE``, as on SQLite), durations as integer microseconds. A
+function with a time zone (the current one, or ``tzinfo=``) first turns the stored value
+into the wall time of that zone, with Django's own rules for zone names that carry an
+offset (``"UTC+05:00"``, ``"-10"``), as its SQLite and PostgreSQL backends do.
 """
 
 from __future__ import annotations
@@ -40,23 +40,32 @@ def zone(name: str) -> datetime.tzinfo:
         raise DataError(f"time zone {name!r} not recognized") from exc
 
 
-def wall_time(value: datetime.datetime, tzname: str | None) -> datetime.datetime:
-    """A stored datetime as the naive wall time in ``tzname`` (None: unchanged)."""
+def stored_zone(connection: Any) -> datetime.tzinfo:
+    """The zone stored naive datetimes are in: the connection's (UTC unless the database
+    sets ``TIME_ZONE``)."""
+    return connection.timezone or UTC
+
+
+def wall_time(
+    value: datetime.datetime, tzname: str | None, stored: datetime.tzinfo = UTC
+) -> datetime.datetime:
+    """A stored datetime (naive in ``stored``) as the naive wall time in ``tzname``
+    (None: unchanged)."""
     if tzname is None:
         return value
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    aware = value.replace(tzinfo=stored) if value.tzinfo is None else value
     name, sign, offset = split_tzname_delta(tzname)
     if offset:
         hours, minutes = offset.split(":")
         delta = datetime.timedelta(hours=int(hours), minutes=int(minutes))
         aware = aware + delta if sign == "+" else aware - delta
-    # A bare offset ("+03:00", "-10") leaves no name: the connection's zone, UTC.
-    return aware.astimezone(zone(name) if name else UTC).replace(tzinfo=None)
+    # A bare offset ("+03:00", "-10") leaves no name: the connection's zone.
+    return aware.astimezone(zone(name) if name else stored).replace(tzinfo=None)
 
 
-def local(value: Any, expr: Any) -> Any:
+def local(ev: Any, value: Any, expr: Any) -> Any:
     if isinstance(value, datetime.datetime):
-        return wall_time(value, expr.get_tzname())
+        return wall_time(value, expr.get_tzname(), stored_zone(ev.connection))
     return value
 
 
@@ -74,7 +83,7 @@ def extract(ev: Any, expr: Any, row: dict) -> Any:
     if value is None:
         return None
     with computing(f"Extract({kind!r})"):
-        return EXTRACTS[kind](local(value, expr))
+        return EXTRACTS[kind](local(ev, value, expr))
 
 
 EXTRACTS = {
@@ -103,7 +112,7 @@ def trunc(ev: Any, expr: Any, row: dict) -> Any:
     if value is None:
         return None
     kind = expr.kind
-    value = local(value, expr)
+    value = local(ev, value, expr)
     is_datetime = isinstance(value, datetime.datetime)
     if isinstance(expr, dt_functions.TruncDate):  # a cast to date, in the time zone
         return value.date() if is_datetime else value
@@ -162,7 +171,9 @@ def now(ev: Any, expr: Any, row: dict) -> Any:
     PostgreSQL, per statement on SQLite; never per row)."""
     if ev.now is None:
         current = timezone.now()
-        ev.now = timezone.make_naive(current, UTC) if timezone.is_aware(current) else current
+        if timezone.is_aware(current):
+            current = timezone.make_naive(current, stored_zone(ev.connection))
+        ev.now = current
     return ev.now
 
 

@@ -25,6 +25,8 @@ from django.db.models.expressions import (
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, NothingNode, WhereNode
 
+from django_zerodb.affinity import coercions
+from django_zerodb.correlated import Bound
 from django_zerodb.evaluate import Evaluator, lookup_kind, lookup_test
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.operators import (
@@ -143,6 +145,8 @@ def query_columns(query: Any) -> set[tuple[str, str]]:
     if isinstance(query.group_by, tuple):
         for expr in query.group_by:
             _collect_columns(expr, found)
+    for part in query.combined_queries:  # union() and the like
+        found.update(c for c in query_columns(part) if c[0] not in part.alias_map)
     return found
 
 
@@ -201,6 +205,8 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
     name = lookup_kind(lookup)
     if not isinstance(name, str):  # a registered user lookup: evaluated in Python
         return _row(lookup, alias, negated, ev)
+    if isinstance(rhs, Bound):  # an enclosing row's value in a bound subquery
+        return _bound(lookup, name, alias, ev, negated)
     # A one-column tuple lookup (Django prefetches by a foreign key with TupleIn).
     pair = isinstance(lhs, ColPairs) and len(lhs) == 1 and name in ("in", "exact")
     if (type(lhs) is not Col and not pair) or not direct or isinstance(rhs, Query):
@@ -228,6 +234,26 @@ def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
         lambda v, n=name, r=value, w=want: lookup_test(n, v, r) is w,
         f"{'not ' if negated else ''}{name} {value!r}",
     )
+
+
+def _bound(lookup: Any, name: str, alias: str, ev: Evaluator, negated: bool) -> Expr:
+    """``column <op> outer value``: an index-servable operator when the two columns are
+    of one kind (else SQLite's affinity applies, in Python)."""
+    lhs = lookup.lhs
+    plain = (
+        type(lhs) is Col
+        and not getattr(lookup, "bilateral_transforms", None)
+        and lhs.target.get_internal_type() != "JSONField"
+        and coercions(lhs.output_field, lookup.rhs.output_field) == (None, None)
+    )
+    if plain:
+        try:
+            built = _operator(name, lhs.target.column, lookup.rhs.value, negated)
+        except QueryError:
+            built = None
+        if built is not None:
+            return built
+    return _row(lookup, alias, negated, ev)
 
 
 def _operator(name: str, column: str, value: Any, negated: bool) -> Expr | None:

@@ -368,3 +368,22 @@ def test_model_state_round_trip(scratch):
         "f:hire_date",
         "t:bio",
     }
+
+
+def test_composite_primary_key_refused(alias, scratch):
+    """Joins and lookups match one key column: a model with a composite key may be
+    migrated (other models of its app keep working) but is refused when read or written."""
+    create = migrations.CreateModel(
+        "Pair",
+        [
+            ("pk", models.CompositePrimaryKey("a", "b")),
+            ("a", models.IntegerField()),
+            ("b", models.IntegerField()),
+        ],
+    )
+    state = apply(alias, ProjectState(), create)
+    Pair = state.apps.get_model(APP, "Pair")
+    with pytest.raises(NotSupportedError, match="composite primary keys"):
+        Pair.objects.create(a=1, b=2)
+    with pytest.raises(NotSupportedError, match="composite primary keys"):
+        list(Pair.objects.filter(pk=("1", "2")))

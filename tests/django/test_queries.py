@@ -224,8 +224,12 @@ def test_distinct(hr):
     distinct = Employee.objects.order_by("first_name").values_list("first_name", flat=True)
     assert list(distinct.distinct()) == sorted({e.first_name for e in hr.employees})
     assert distinct.distinct().count() == len({e.first_name for e in hr.employees})
-    pairs = Employee.objects.values("first_name", "is_active").distinct()
+    pairs = Employee.objects.values("first_name", "is_active").order_by().distinct()
     assert len(pairs) == len({(e.first_name, e.is_active) for e in hr.employees})
+    # Meta.ordering (id) is selected too by SELECT DISTINCT, as Django's SQL does: rows
+    # that differ only in it stay apart.
+    ordered = Employee.objects.values("first_name", "is_active").distinct()
+    assert len(ordered) == len(hr.employees)
 
 
 def test_only_and_defer(hr):

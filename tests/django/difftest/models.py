@@ -5,6 +5,7 @@ Some fields are indexed (``db_index``) and some not, so that the encrypted backe
 answers conditions both from index scans and by evaluating them in Python.
 """
 
+from django.contrib.contenttypes.fields import GenericForeignKey, GenericRelation
 from django.db import models
 
 
@@ -26,6 +27,47 @@ class Item(models.Model):
     at = models.DateTimeField(null=True)
     flag = models.BooleanField(default=False, db_index=True)
     group = models.ForeignKey(Group, null=True, on_delete=models.SET_NULL, related_name="items")
+
+    class Meta:
+        app_label = "difftest"
+
+
+class Doc(models.Model):
+    """JSON documents (test_json.py): SQL NULL, JSON null, scalars, nested objects."""
+
+    value = models.JSONField(null=True)
+    n = models.IntegerField(null=True)
+
+    class Meta:
+        app_label = "difftest"
+
+
+class Label(models.Model):
+    """A generic relation's rows (test_relations.py): a text object id, as Django allows,
+    which SQLite compares with an integer primary key by numeric affinity."""
+
+    content_type = models.ForeignKey(
+        "contenttypes.ContentType", on_delete=models.CASCADE, db_constraint=False
+    )
+    object_id = models.CharField(max_length=40)
+    content_object = GenericForeignKey("content_type", "object_id")
+    text = models.CharField(max_length=40)
+
+    class Meta:
+        app_label = "difftest"
+
+
+class Pet(models.Model):
+    name = models.CharField(max_length=40)
+    labels = GenericRelation(Label, related_query_name="pets")
+
+    class Meta:
+        app_label = "difftest"
+
+
+class Plant(models.Model):
+    name = models.CharField(max_length=40)
+    labels = GenericRelation(Label, related_query_name="plants")
 
     class Meta:
         app_label = "difftest"
