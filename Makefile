@@ -6,7 +6,7 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 SOURCES   := $(wildcard zerodb_core blob_server django_zerodb example_project tests bench)
 
-.PHONY: demo demo-native test lint format bench conformance fuzz clean help
+.PHONY: demo demo-native test system-deps lint format bench conformance fuzz matrix clean help
 
 help:
 	@echo "make demo   install and run the example HR site (Django admin, encrypted store)"
@@ -16,6 +16,8 @@ help:
 	@echo "make conformance  run Django's own tests against django_zerodb (docs/conformance.md;"
 	@echo "            CONFORMANCE_BASELINE=1 reruns SQLite, CONFORMANCE_APPS=\"basic lookup\" a subset)"
 	@echo "make fuzz   fuzz the blob server for a long time (ZERODB_FUZZ_EXAMPLES=200000)"
+	@echo "make matrix the Django tests on each supported Django x Python 3.12/3.13 (nox; slow;"
+	@echo "            MATRIX_ARGS=\"-s tests-3.13(django='6.1')\" picks one)"
 	@echo "make format apply ruff format and autofixes"
 
 $(PY):
@@ -46,7 +48,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format $(SOURCES)
 	$(VENV)/bin/ruff check --fix $(SOURCES)
 
-test: $(STAMP) lint
+# redis-server, Chromium and curl: installed with apt-get when missing (root or sudo),
+# else one line says what to install (scripts/system-deps).
+system-deps:
+	@scripts/system-deps
+
+test: system-deps $(STAMP) lint
 	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
@@ -77,5 +84,10 @@ conformance: $(CONFORMANCE_STAMP)
 fuzz: $(STAMP)
 	ZERODB_FUZZ_EXAMPLES=$${ZERODB_FUZZ_EXAMPLES:-200000} $(PY) -m pytest tests/server/test_fuzz.py -q -m slow
 
+# Each supported Django on Python 3.12 and 3.13, each in its own virtualenv under .nox/
+# (noxfile.py, which says why Django 5.2 and 6.0 are not among them yet).
+matrix: $(STAMP)
+	$(VENV)/bin/nox $(MATRIX_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .hypothesis build *.egg-info

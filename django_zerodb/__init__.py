@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import django
 
+from zerodb_core import __version__
+
 # The Django versions this backend was tested with; it reaches into the ORM's compiler
 # and query internals, which change between feature releases.
 TESTED_DJANGO = ((6, 1),)
@@ -20,3 +22,5 @@ if django.VERSION[:2] not in TESTED_DJANGO:
         f"django_zerodb is tested with Django {_tested}, not {django.get_version()}: "
         "install a tested version"
     )
+
+__all__ = ["__version__"]

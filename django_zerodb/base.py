@@ -179,8 +179,14 @@ class DatabaseWrapper(BaseDatabaseWrapper):
     @property
     def session(self) -> StoreSession:
         """The connection's session, connecting first if needed. Like ``cursor()`` on
-        other backends, it refuses while an ``atomic`` block is marked for rollback."""
-        self.ensure_connection()
+        other backends, it refuses while an ``atomic`` block is marked for rollback.
+
+        It goes through ``cursor()``, so that whatever guards cursors guards every query
+        of the compilers too: Django's test cases (and pytest-django's ``django_db``)
+        replace ``cursor`` on the connections a test did not ask for, and a test without
+        this database in its ``databases`` must fail, not read or write it (its writes
+        would outlive the test), also once another test has opened the connection."""
+        self.cursor().close()
         self.validate_no_broken_transaction()
         return self.connection
 

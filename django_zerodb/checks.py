@@ -81,7 +81,9 @@ def check_freshness_table(app_configs=None, databases=None, **kwargs) -> list:
         tables, reason = [], f"cannot be read ({exc})"
     else:
         reason = "does not exist yet"
-    if TABLE in tables:
+    if TABLE in tables or not _migrated(DEFAULT_DB_ALIAS):
+        # Not migrated yet: `migrate` (which runs this check first) is what creates the
+        # table, and Django itself reports unapplied migrations; no second warning.
         return []
     return [
         checks.Warning(
@@ -92,6 +94,14 @@ def check_freshness_table(app_configs=None, databases=None, **kwargs) -> list:
             id="django_zerodb.W003",
         )
     ]
+
+
+def _migrated(alias: str) -> bool:
+    """Whether a migration of this app is recorded as applied on ``alias``."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    applied = MigrationRecorder(connections[alias]).applied_migrations()
+    return any(app == "django_zerodb" for app, _ in applied)
 
 
 def register() -> None:

@@ -63,10 +63,6 @@ class SerializationError(OperationalError):
     "serializable") read: run it again (``django_zerodb.transaction.retry_on_conflict``)."""
 
 
-class ImproperlyConfiguredStore(OperationalError):
-    """The store of an encrypted database cannot be opened with its settings."""
-
-
 # The engine's operational errors (zerodb_core.OperationalError: an outage or a limit,
 # never tampering), each also a ``django.db.OperationalError`` itself, so that user code
 # can catch Django's class or the precise one; ``DatabaseErrorWrapper`` lets them through

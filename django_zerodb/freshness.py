@@ -32,7 +32,6 @@ from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
 
 logger = logging.getLogger("django_zerodb")
 
-MODES = ("default", "file", "memory")
 TABLE = "django_zerodb_seenroot"
 
 

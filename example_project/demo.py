@@ -6,7 +6,7 @@
 3. create the superuser ``admin`` unless a superuser exists: its password comes from
    ``ZERODB_DEMO_ADMIN_PASSWORD``, or is generated, printed once and kept in
    ``var/admin-password`` (mode 0600);
-4. print the URLs and run the development server (``--no-server`` stops before).
+4. print the URLs and run the development server (``--no-server`` stops before both).
 
 A second run finds everything in place and only starts the server. Options:
 ``--addr 127.0.0.1:8000``, ``--employees 3000``, ``--no-server``.
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
             f"passphrase: {settings.VAR_DIR / 'passphrase'} (generated for the demo; "
             "set ZERODB_PASSPHRASE to use your own)"
         )
+    print("unlocking the encrypted database (Argon2id key derivation: a few seconds) ...")
+    sys.stdout.flush()
     call_command("migrate", verbosity=0, interactive=False)
     call_command("migrate", database="encrypted", verbosity=0, interactive=False)
     print("databases migrated (default: plaintext SQLite; encrypted: the hr app)")
@@ -56,14 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     ensure_admin(settings.VAR_DIR)
     print(f"ready in {time.perf_counter() - started:.1f}s")
 
+    if args.no_server:
+        print("set up; no server started (run without --no-server to serve the site)")
+        return
     base = f"http://{args.addr}"
     print()
     print(f"  the site:   {base}/employees/")
     print(f"  the admin:  {base}/admin/   (user admin)")
-    print(f"  the API:    {base}/api/")
+    print(f"  the API:    {base}/api/   (its documentation: {base}/api/docs/)")
     print()
-    if args.no_server:
-        return
     sys.stdout.flush()
     # No autoreloader: one process, which already has the encrypted store open.
     call_command("runserver", args.addr, use_reloader=False)

@@ -8,6 +8,8 @@ queries and transactions, and the native API::
     from zerodb_core.query import InRange, Gt, Contains
 """
 
+__version__ = "0.1.0.dev0"  # the version of the django-zerodb distribution (setup.cfg)
+
 from zerodb_core.db import DB
 from zerodb_core.exceptions import (
     AuthenticationError,
@@ -52,4 +54,5 @@ __all__ = [
     "UniqueViolation",
     "WrongPassphraseError",
     "ZeroDBError",
+    "__version__",
 ]

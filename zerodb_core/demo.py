@@ -132,11 +132,26 @@ class Employee(Model):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--store", default="sqlite:///var/demo.zdb", help="store URL (default: %(default)s)"
+    parser = argparse.ArgumentParser(
+        prog="zerodb-demo",
+        description="The engine's native API, without Django: store made-up employees "
+        "encrypted (once; a second run reuses them), run three queries (an index range, "
+        "a sorted top 3, a ranked full-text search) and print each one's round trips.",
+        epilog="The passphrase is $ZERODB_PASSPHRASE (default: a demo one; the store is "
+        "only as safe as it). Unlocking a new store derives its key with Argon2id, which "
+        "takes a few seconds on purpose. The Django example site is `make demo`.",
     )
-    parser.add_argument("--employees", type=int, default=5000)
+    parser.add_argument(
+        "--store",
+        default="sqlite:///var/demo.zdb",
+        help="memory:// or sqlite:///path.zdb (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--employees",
+        type=int,
+        default=5000,
+        help="employees to store into an empty store (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.store.startswith("sqlite:///"):
         Path(args.store[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,9 @@ know them:
   ``"sqlite:///" + str(path)`` is right for relative and absolute paths alike.
 * ``redis://[:password@]host[:port][/db]`` (``rediss://`` for TLS) - a Redis server
   (redis-py's URL syntax). Nothing connects until the first call.
+
+``RedisStorage`` is imported on first use: redis-py and hiredis are the optional extra
+``django-zerodb[redis]``, which the embedded stores (and so ``zerodb_core``) never need.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from blob_server.storage.base import (
     TenantUsage,
 )
 from blob_server.storage.memory import MemoryStorage
-from blob_server.storage.redis import RedisStorage
 from blob_server.storage.sqlite import SQLiteStorage
 
 __all__ = [
@@ -72,7 +74,7 @@ def open_storage(url: str) -> Storage:
         return _open_sqlite(url[len(_SQLITE_PREFIX) :])
     if url.startswith(("redis:", "rediss:")):
         if url.startswith(_REDIS_PREFIXES) and len(url) > url.index("//") + 2:
-            return RedisStorage(url)
+            return _redis_storage_class()(url)
         raise StorageUnavailableError(
             "bad Redis storage URL: use redis://host:port/db or rediss://host:port/db"
         )
@@ -86,6 +88,24 @@ def open_storage(url: str) -> Storage:
         f"unknown storage URL scheme {scheme!r} in {url!r}: expected memory://, sqlite:///path "
         "or redis://host:port/db"
     )
+
+
+def __getattr__(name: str) -> type[Storage]:
+    if name == "RedisStorage":
+        return _redis_storage_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _redis_storage_class() -> type[Storage]:
+    """``RedisStorage``, or ``StorageUnavailableError`` naming the extra to install."""
+    try:
+        from blob_server.storage.redis import RedisStorage
+    except ImportError as exc:
+        raise StorageUnavailableError(
+            f"a redis:// store needs redis-py and hiredis ({exc}): "
+            "pip install 'django-zerodb[redis]'"
+        ) from exc
+    return RedisStorage
 
 
 def _open_sqlite(path: str) -> SQLiteStorage:

@@ -80,17 +80,43 @@ def progress_bar(command: BaseCommand, options: dict, *, total: int | None, desc
 
     stream = getattr(command.stderr, "_out", command.stderr)
     forced = bool(options.get("progress"))
-    on_terminal = bool(getattr(stream, "isatty", lambda: False)())
+    tty = bool(getattr(stream, "isatty", lambda: False)())
     return tqdm(
         total=total,
         desc=desc,
         unit=unit,
         file=stream,
-        disable=not (forced or on_terminal),
+        disable=not on_terminal(command, options),
         delay=0 if forced else 1.0,
         leave=False,
-        dynamic_ncols=on_terminal,
+        dynamic_ncols=tty,
     )
+
+
+def on_terminal(command: BaseCommand, options: dict) -> bool:
+    """Whether progress bars and status lines are shown: on a terminal, or with
+    ``--progress``."""
+    stream = getattr(command.stderr, "_out", command.stderr)
+    return bool(options.get("progress")) or bool(getattr(stream, "isatty", lambda: False)())
+
+
+def status(command: BaseCommand, options: dict, message: str) -> None:
+    """A line on stderr before a step that takes seconds and has no progress to count
+    (an Argon2id derivation), shown when a progress bar would be (``on_terminal``)."""
+    if on_terminal(command, options):
+        command.stderr.write(message)
+
+
+def unlocked_session(command: BaseCommand, options: dict, connection):
+    """``connection.session``, saying first that unlocking takes a few seconds (the
+    Argon2id derivation from the passphrase is slow on purpose) when it is not open yet."""
+    if connection.connection is None:
+        status(
+            command,
+            options,
+            f"unlocking {connection.alias!r} (Argon2id key derivation: a few seconds) ...",
+        )
+    return connection.session
 
 
 def model_labels() -> dict[str, str]:

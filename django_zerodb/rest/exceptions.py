@@ -1,7 +1,8 @@
 """``BadQuery``: a client error (400) that names where in the request it is.
 
 Every problem of a query (the JSON query endpoint, ``?search=``, a cursor ordering) is
-answered with ``{"error": "<what is wrong>", "path": "<where>"}``: ``path`` is the JSON
+answered in DRF's shape for an error that is not about one field, ``{"detail": "<what is
+wrong>"}``, plus where: ``{"detail": ..., "path": "<where>"}``. ``path`` is the JSON
 path of the offending part of the body (``"filter.salary.$gte"``,
 ``"filter.$or[1].first_name"``, ``"order_by[0]"``; ``""`` for the body as a whole) or
 the name of the query parameter (``"search"``, ``"ordering"``).
@@ -19,7 +20,7 @@ class BadQuery(APIException):
     default_code = "bad_query"
 
     def __init__(self, error: str, path: str = "") -> None:
-        super().__init__({"error": error, "path": path})
+        super().__init__({"detail": error, "path": path}, code=self.default_code)
         self.error = error
         self.path = path
 
@@ -40,3 +41,12 @@ class ChangedMeanwhile(APIException):
         "Read it again, then retry."
     )
     default_code = "changed_meanwhile"
+
+
+class Protected(APIException):
+    """A delete refused because other objects still refer to the object (``on_delete=PROTECT``
+    or ``RESTRICT``): nothing was deleted."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Other objects still refer to this one; nothing was deleted."
+    default_code = "protected"

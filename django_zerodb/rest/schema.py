@@ -32,7 +32,7 @@ comes best match first, anything else in the default order. `limit` (default and
 {QueryParser.max_limit}) and `offset` page the results.
 
 Every problem is a 400 whose body names its JSON path:
-`{{"error": "unknown operator '$foo'", "path": "filter.salary.$foo"}}`.
+`{{"detail": "unknown operator '$foo'", "path": "filter.salary.$foo"}}`.
 """
 
 QUERY_EXAMPLES = [
@@ -72,15 +72,19 @@ class QueryRequestSerializer(serializers.Serializer):
         help_text='Field names, "-name" for descending.',
     )
     limit = serializers.IntegerField(
-        required=False, min_value=0, max_value=QueryParser.max_limit, default=QueryParser.max_limit
+        required=False,
+        min_value=0,
+        max_value=QueryParser.max_limit,
+        default=QueryParser.max_limit,
+        initial=QueryParser.max_limit,
     )
     offset = serializers.IntegerField(
-        required=False, min_value=0, max_value=QueryParser.max_offset, default=0
+        required=False, min_value=0, max_value=QueryParser.max_offset, default=0, initial=0
     )
 
 
 class QueryErrorSerializer(serializers.Serializer):
-    error = serializers.CharField(help_text="What is wrong.")
+    detail = serializers.CharField(help_text="What is wrong.")
     path = serializers.CharField(
         help_text='Where: a JSON path in the body ("filter.salary.$gte", "" for the whole '
         "body) or a query parameter name."
@@ -106,7 +110,7 @@ class ZeroAutoSchema(AutoSchema):
 
     def get_response_serializers(self):
         if getattr(self.view, "action", None) in self.query_actions:
-            serializer_class = self.view.get_serializer_class()
+            serializer_class = self.view.get_object_serializer_class()
             return {
                 200: OpenApiResponse(
                     query_response_serializer(serializer_class),

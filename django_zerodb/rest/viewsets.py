@@ -23,24 +23,27 @@ internal API, each an attribute to override:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import router, transaction
+from django.db.models import ProtectedError, RestrictedError
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ParseError
 from rest_framework.filters import OrderingFilter
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from django_zerodb.exceptions import SerializationError
-from django_zerodb.rest.exceptions import BadQuery, ChangedMeanwhile
+from django_zerodb.rest.exceptions import BadQuery, ChangedMeanwhile, Protected
 from django_zerodb.rest.filters import RankedSearchFilter, ZeroFilterBackend
 from django_zerodb.rest.pagination import ZeroPageNumberPagination
+from django_zerodb.rest.parsers import ZeroJSONParser
 from django_zerodb.rest.permissions import ZeroModelPermissions
 from django_zerodb.rest.query import ParsedQuery, QueryParser
 from django_zerodb.rest.schema import (
@@ -57,6 +60,8 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # RankedSearchFilter after OrderingFilter: it drops the default ordering to rank.
     filter_backends = [ZeroFilterBackend, OrderingFilter, RankedSearchFilter]
     pagination_class = ZeroPageNumberPagination
+    # DRF's parsers, with JSON bodies nested too deeply answered 400 (rest/parsers.py).
+    parser_classes = [ZeroJSONParser, FormParser, MultiPartParser]
     schema = ZeroAutoSchema()
 
     # Actions that only read although they are POSTs: they need the "view" permission.
@@ -69,6 +74,9 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
     # names clients use to ORM paths.
     query_fields: list[str] | Mapping[str, str] | None = None
     query_parser_class = QueryParser
+    # The body of the query endpoint, as the browsable API, OPTIONS and the schema show it
+    # (QueryParser validates it, naming the JSON path of each problem).
+    query_serializer_class = QueryRequestSerializer
 
     # -- writes: one transaction each, a lost race answered 409 --------------------------
 
@@ -91,11 +99,14 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         return router.db_for_write(self.get_queryset().model)
 
     def handle_exception(self, exc: Exception) -> Response:
-        """DRF's, with a write that met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]``
-        "repeatable read" or "serializable") answered 409 Conflict: nothing was saved,
-        and the client should read the resource again before retrying."""
+        """DRF's, with two more 409 Conflicts, after which nothing was saved: a write that
+        met a concurrent change (``OPTIONS["ISOLATION_LEVEL"]`` "repeatable read" or
+        "serializable"; read the resource again before retrying), and a delete of an
+        object others still refer to (``on_delete=PROTECT`` or ``RESTRICT``)."""
         if isinstance(exc, SerializationError):
             exc = ChangedMeanwhile()
+        elif isinstance(exc, ProtectedError | RestrictedError):
+            exc = Protected(protected_detail(exc))
         return super().handle_exception(exc)
 
     # -- the query endpoint ----------------------------------------------------------------
@@ -111,20 +122,42 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         methods=["post"],
         url_path="query",
         url_name="query",
-        parser_classes=[JSONParser],
+        parser_classes=[ZeroJSONParser],
         schema=ZeroAutoSchema(),
     )
     def query(self, request, *args, **kwargs):
-        """``{"filter": {...}, "order_by": [...], "limit": n, "offset": n}`` →
-        ``{"count": n, "results": [...]}``."""
+        """Objects matching a JSON filter, and their count.
+
+        The body has four members, all optional: filter (field names to conditions such
+        as {"salary": {"$gte": 100000}}), order_by (a list of field names, "-" first for
+        descending), limit and offset. The answer is {"count": n, "results": [...]}. The
+        schema (OpenAPI) documents the whole language; every problem is a 400 naming its
+        JSON path."""
         parser = self.get_query_parser()
         parsed = parser.parse(self.get_query_body(request, parser))
         queryset = self.get_query_queryset(parsed)
         count = queryset.count()
         end = parsed.offset + parsed.limit
         rows = list(queryset[parsed.offset : end]) if parsed.limit else []
-        serializer = self.get_serializer(rows, many=True)
+        serializer = self.get_object_serializer(rows, many=True)
         return Response({"count": count, "results": serializer.data})
+
+    def get_serializer_class(self):
+        """The query body's serializer on the query endpoint's route, whatever the method
+        (so that the browsable API's form, ``OPTIONS`` and the schema show the body it
+        takes), else DRF's."""
+        if (getattr(self, "action_map", None) or {}).get("post") == "query":
+            return self.query_serializer_class
+        return self.get_object_serializer_class()
+
+    def get_object_serializer_class(self):
+        """The serializer of the objects themselves (DRF's ``serializer_class``), whatever
+        the action: the query endpoint's results, and its fields."""
+        return super().get_serializer_class()
+
+    def get_object_serializer(self, *args, **kwargs):
+        kwargs.setdefault("context", self.get_serializer_context())
+        return self.get_object_serializer_class()(*args, **kwargs)
 
     def get_query_parser(self) -> QueryParser:
         return self.query_parser_class(
@@ -156,7 +189,7 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
             return {path: path for path in self.query_fields}
         model = self.get_queryset().model
         fields = {}
-        for name, field in self.get_serializer().fields.items():
+        for name, field in self.get_object_serializer().fields.items():
             if field.write_only or field.source == "*" or "." in field.source:
                 continue
             source = field.source
@@ -189,3 +222,15 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         if keys & {"pk", model._meta.pk.name}:
             return order_by
         return (*order_by, "-pk" if order_by[-1].startswith("-") else "pk")
+
+
+def protected_detail(exc: ProtectedError | RestrictedError) -> str:
+    """What refers to the object, by model, most first ("3 employees, 1 tag"); never the
+    objects themselves."""
+    objects = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
+    counts = Counter(obj._meta for obj in objects)
+    named = ", ".join(
+        f"{n} {meta.verbose_name if n == 1 else meta.verbose_name_plural}"
+        for meta, n in counts.most_common()
+    )
+    return f"Other objects still refer to this one ({named}); nothing was deleted."

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc's files, served from here
     "django_zerodb",
     "hr",
 ]
@@ -70,7 +71,14 @@ INSTALLED_APPS = [
 # authentication, model permissions, filters, counted pagination); throttling is DRF's
 # DEFAULT_THROTTLE_RATES (docs/rest.md).
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
-SPECTACULAR_SETTINGS = {"TITLE": "HR API (django-zerodb example)", "VERSION": "1"}
+# The schema at /api/schema/, browsed with Swagger UI (/api/docs/) or Redoc (/api/redoc/).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "HR API (django-zerodb example)",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 MIDDLEWARE = [
     # Round trips to the encrypted store per request (the admin's "Encrypted store" page).

@@ -103,3 +103,17 @@ def test_plaintext_bytes_is_the_packed_record():
 def test_description_reads_as_a_sentence():
     text = realistic_description(random.Random(1))
     assert text[0].isupper() and text.endswith(".")
+
+
+def test_help_describes_the_demo(capsys):
+    import pytest
+
+    from zerodb_core import demo
+
+    with pytest.raises(SystemExit) as done:
+        demo.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: zerodb-demo")
+    for mention in ("--store", "--employees", "ZERODB_PASSPHRASE", "round trips"):
+        assert mention in text

@@ -175,6 +175,20 @@ def test_verify_a_sound_database(zalias):
     assert "verifying zcmd" in err  # the bar went to stderr
 
 
+class Terminal(StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@db
+def test_verify_on_a_terminal_leaves_no_bar(zalias):
+    """Work shorter than a second draws no bar on a terminal (none to leave behind)."""
+    fill(zalias)
+    terminal = Terminal()
+    call_command("zerodb_verify", "--database", zalias, stdout=StringIO(), stderr=terminal)
+    assert terminal.getvalue() == ""
+
+
 @db
 def test_verify_finds_a_corrupted_index_and_reindex_repairs_it(zalias):
     fill(zalias)
@@ -359,6 +373,29 @@ def test_rotate_key_changes_the_passphrase(zalias, monkeypatch):
     connections[zalias].close()
     connections[zalias].settings_dict["OPTIONS"]["PASSPHRASE"] = "a brand new passphrase"
     assert Employee.objects.using(zalias).count() == 5
+
+
+@db
+def test_slow_steps_say_what_they_do_on_a_terminal(zalias, monkeypatch):
+    """Unlocking and re-wrapping run Argon2id (seconds, no progress to count): a status
+    line says so first, on a terminal; in captured output, nothing."""
+    fill(zalias, 5)
+    connections[zalias].close()
+    terminal = Terminal()
+    call_command("zerodb_status", "--database", zalias, stdout=StringIO(), stderr=terminal)
+    assert (
+        terminal.getvalue()
+        == f"unlocking '{zalias}' (Argon2id key derivation: a few seconds) ...\n"
+    )
+    assert run("zerodb_status", "--database", zalias)[1] == ""
+    monkeypatch.setenv("ZERODB_NEW_PASSPHRASE", "a brand new passphrase")
+    terminal = Terminal()
+    call_command(
+        "zerodb_rotate_key", "--database", zalias, "--new-passphrase-env",
+        "ZERODB_NEW_PASSPHRASE", stdout=StringIO(), stderr=terminal,
+    )  # fmt: skip
+    assert "re-wrapping the keyring under the new passphrase" in terminal.getvalue()
+    connections[zalias].settings_dict["OPTIONS"]["PASSPHRASE"] = "a brand new passphrase"
 
 
 @db

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, OperationalError, connections
+from django.db.migrations.recorder import MigrationRecorder
 
 from django_zerodb.checks import check_freshness_table
 from django_zerodb.freshness import (
+    TABLE,
     ModelFreshnessTracker,
     default_database_problem,
     describe_tracker,
@@ -231,6 +233,13 @@ def test_check_warns_while_the_table_is_missing(monkeypatch, settings):
     monkeypatch.setitem(settings.DATABASES, "encrypted", encrypted)
     assert check_freshness_table(databases=["default"]) == []
     assert check_freshness_table(databases=None) == []
-    monkeypatch.setattr(connections["default"].introspection, "table_names", lambda: [])
+    introspection = connections["default"].introspection
+    tables = introspection.table_names()
+    monkeypatch.setattr(
+        introspection, "table_names", lambda cursor=None: [t for t in tables if t != TABLE]
+    )
     (warning,) = check_freshness_table(databases=["default"])
     assert warning.id == "django_zerodb.W003" and "migrate" in warning.hint
+    # Before the first migrate (which runs the check, then creates the table): no warning.
+    monkeypatch.setattr(MigrationRecorder, "applied_migrations", lambda self: {})
+    assert check_freshness_table(databases=["default"]) == []

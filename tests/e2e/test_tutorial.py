@@ -47,6 +47,7 @@ pytestmark = pytest.mark.xdist_group("e2e")
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 DOC_ADDRESS = "127.0.0.1:8000"
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+WARNINGS = re.compile(r"warn|traceback|identified some issues", re.IGNORECASE)
 KINDS = {"sh", "sh server", "python file", "python append", "text output", "json output"}
 
 
@@ -140,6 +141,8 @@ class Session:
         )
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"{block} exited with {result.returncode}:\n{output}"
+        # The tutorial's target: no warning and no error on the way.
+        assert not WARNINGS.search(output), f"{block} warned:\n{output}"
         self.cwd = Path((self.state / "cwd").read_text().strip())
         pairs = (self.state / "env").read_bytes().decode().split("\0")
         self.env = dict(p.split("=", 1) for p in pairs if "=" in p)

@@ -53,6 +53,16 @@ def test_site_suite():
     assert " failed" not in output and " error" not in output, output
 
 
+def test_the_projects_own_tests(project):
+    """example_project/hr/tests, as its developers run them (docs/testing.md): Django's
+    runner, the test settings (the encrypted database in memory), nothing under var/."""
+    env = clean_env()  # a fresh shell: no ZERODB_PASSPHRASE, which the test settings set
+    out = run("manage.py", "test", "hr", "--settings=hrsite.test_settings", cwd=project, env=env)
+    ran = re.search(r"Ran (\d+) tests", out)
+    assert ran and int(ran.group(1)) > 0 and "\nOK" in out, out
+    assert not list(project.glob("var/*"))  # no store, no generated secret
+
+
 def test_check_migrate_and_seed_in_a_copy(project):
     env = clean_env()
     assert "no issues" in run("manage.py", "check", cwd=project, env=env)
@@ -166,8 +176,8 @@ def test_demo_sets_up_once_and_serves(project):
     password = (project / "var" / "admin-password").read_text().strip()
     assert f"password {password}" in first
     assert stat.S_IMODE((project / "var" / "admin-password").stat().st_mode) == 0o600
-    for url in ("/employees/", "/admin/", "/api/"):
-        assert url in first
+    assert "unlocking the encrypted database" in first
+    assert "no server started" in first and "http://" not in first  # no URL of no server
 
     port = free_port()
     server = subprocess.Popen(
@@ -204,3 +214,5 @@ def test_demo_sets_up_once_and_serves(project):
     assert "45 employees already there: not seeding." in output
     assert "a superuser exists already" in output
     assert password not in output
+    for url in ("/employees/", "/admin/", "/api/", "/api/docs/"):
+        assert re.search(rf"http://127\.0\.0\.1:{port}{url}[\s)]", output), url

@@ -13,6 +13,7 @@ from django_zerodb.management.utils import (
     command_errors,
     connection_params,
     encrypted_connection,
+    unlocked_session,
 )
 from zerodb_core.crypto import PRESETS
 
@@ -77,7 +78,7 @@ class Command(BaseCommand):
                 "(--tenant, --server-id, --force and --key-only apply to blob-server stores)"
             )
         with command_errors(f"opening {connection.alias!r}"):
-            engine = connection.session.engine
+            engine = unlocked_session(self, options, connection).engine
             if options["reset_freshness"]:
                 self._reset_freshness(engine, params)
             seq = engine.read_root().seq

@@ -12,6 +12,7 @@ from django_zerodb.management.utils import (
     encrypted_connection,
     model_labels,
     progress_bar,
+    unlocked_session,
 )
 from zerodb_core.schema import ModelSpec
 from zerodb_core.transaction import DropIndex, EnsureModel
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         if bool(options["models"]) == bool(options["all"]):
             raise CommandError("name the models to reindex, or pass --all (not both)")
         connection = encrypted_connection(options["database"])
-        session = connection.session
+        session = unlocked_session(self, options, connection)
         labels = model_labels()
         with command_errors(f"reindexing {connection.alias!r}"), session.writing() as txn:
             catalog = txn.catalog

@@ -11,6 +11,8 @@ from django_zerodb.management.utils import (
     command_errors,
     connection_params,
     encrypted_connection,
+    status,
+    unlocked_session,
 )
 from zerodb_core.crypto import PRESETS
 from zerodb_core.rekey import change_passphrase, rotate_epoch
@@ -64,7 +66,9 @@ class Command(BaseCommand):
             params = connection_params(connection)
             with command_errors(f"rotating the key epoch of {connection.alias!r}"):
                 epoch = rotate_epoch(
-                    connection.session.engine, params["passphrase"], username=params["username"]
+                    unlocked_session(self, options, connection).engine,
+                    params["passphrase"],
+                    username=params["username"],
                 )
             self.stdout.write(
                 self.style.SUCCESS(
@@ -85,7 +89,14 @@ class Command(BaseCommand):
         if params["store"].startswith("zerodb://") and not options["keyring_only"]:
             key_file = params["key_file"] or os.environ.get("ZERODB_KEY_FILE")
         with command_errors(f"changing the passphrase of {connection.alias!r}"):
-            engine = connection.session.engine
+            engine = unlocked_session(self, options, connection).engine
+            rewrapped = "the keyring and the key file" if key_file else "the keyring"
+            status(
+                self,
+                options,
+                f"re-wrapping {rewrapped} under the new passphrase (Argon2id for each: "
+                "a few seconds) ...",
+            )
             done = change_passphrase(
                 engine,
                 params["passphrase"],

@@ -16,6 +16,7 @@ from django_zerodb.management.utils import (
     connection_params,
     encrypted_connection,
     model_labels,
+    unlocked_session,
 )
 from zerodb_core.status import database_status
 
@@ -39,7 +40,7 @@ class Command(BaseCommand):
         connection = encrypted_connection(options["database"])
         params = connection_params(connection)
         with command_errors(f"reading {connection.alias!r}"):
-            engine = connection.session.engine
+            engine = unlocked_session(self, options, connection).engine
             status = database_status(engine)
         labels = model_labels()
         for name, model in status["models"].items():

@@ -14,6 +14,7 @@ from django_zerodb.management.utils import (
     command_errors,
     encrypted_connection,
     progress_bar,
+    unlocked_session,
 )
 from zerodb_core.verify import verify
 
@@ -53,7 +54,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         connection = encrypted_connection(options["database"])
         with command_errors(f"verifying {connection.alias!r}"):
-            engine = connection.session.engine
+            engine = unlocked_session(self, options, connection).engine
             models = None
             if options["models"]:
                 models = catalog_names(options["models"], engine.snapshot().catalog)
@@ -63,9 +64,11 @@ class Command(BaseCommand):
             with bar:
 
                 def advance(done: int, total: int) -> None:
+                    # No refresh() here: before the bar's first second it would draw a
+                    # 0 % bar that tqdm then does not clear (it clears only bars it
+                    # drew itself), left on the terminal.
                     if total:
                         bar.total = total
-                        bar.refresh()
                     if done:
                         bar.update(done)
 

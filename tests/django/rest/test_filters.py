@@ -65,7 +65,7 @@ def test_search_without_text_index_is_400(api, hr):
     response = api.get("/api/departments/", {"search": "R&D"})
     assert response.status_code == 400
     assert response.json() == {
-        "error": "search is not available: Department has no full-text index (TextIndex)",
+        "detail": "search is not available: Department has no full-text index (TextIndex)",
         "path": "search",
     }
 

@@ -154,7 +154,7 @@ def test_cursor_ordering_from_the_request_must_be_indexed(api, hr, ordering, mes
     response = api.get("/api/employees-by-email/", {"ordering": ordering})
     assert response.status_code == 400
     assert response.json()["path"] == "ordering"
-    assert message in response.json()["error"]
+    assert message in response.json()["detail"]
 
 
 class View:

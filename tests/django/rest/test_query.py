@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Q
 
 from django_zerodb.rest.exceptions import BadQuery
+from django_zerodb.rest.parsers import ZeroJSONParser, nesting_depth
 from django_zerodb.rest.query import QueryParser
 from tests.django.rest.helpers import db, ids, pks
 from tests.django.testapp.models import Department, Employee, Tag
@@ -354,9 +355,9 @@ def test_errors_name_their_path(api, hr, body, path, message):
     response = query(api, body)
     assert response.status_code == 400
     data = response.json()
-    assert set(data) == {"error", "path"}
+    assert set(data) == {"detail", "path"}
     assert data["path"] == path
-    assert message in data["error"]
+    assert message in data["detail"]
 
 
 @pytest.mark.parametrize(
@@ -374,14 +375,35 @@ def test_errors_of_other_resources(api, hr, resource, body, path, message):
     response = query(api, body, resource)
     assert response.status_code == 400
     assert response.json()["path"] == path
-    assert message in response.json()["error"]
+    assert message in response.json()["detail"]
 
 
 def test_malformed_json(api):
     response = api.post("/api/employees/query/", "{", content_type="application/json")
     assert response.status_code == 400
     assert response.json()["path"] == ""
-    assert "not valid JSON" in response.json()["error"]
+    assert "not valid JSON" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("url", ["/api/employees/query/", "/api/employees/", "/api/departments/"])
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 2000 + "]" * 2000, '{"filter": ' + '{"$not": ' * 40 + "{}" + "}" * 41],
+    ids=["beyond-json", "beyond-the-limit"],
+)
+def test_deeply_nested_json(api, url, body):
+    response = api.post(url, body, content_type="application/json")
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert f"deeper than {ZeroJSONParser.max_depth} levels" in detail
+
+
+def test_nesting_depth():
+    assert [nesting_depth(v) for v in (1, [], {}, [[]], {"a": [1, {"b": None}]})] == [0, 1, 1, 2, 3]
+    deep: list = []
+    for _ in range(100_000):  # far beyond the recursion limit
+        deep = [deep]
+    assert nesting_depth(deep) == 100_001
 
 
 def test_body_size(api):
@@ -389,7 +411,7 @@ def test_body_size(api):
     response = query(api, {"filter": {"$text": text}})
     assert response.status_code == 400
     assert response.json() == {
-        "error": f"the body is larger than {QueryParser.max_body_size} bytes",
+        "detail": f"the body is larger than {QueryParser.max_body_size} bytes",
         "path": "",
     }
 

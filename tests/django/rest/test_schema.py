@@ -71,7 +71,7 @@ def test_query_components(schema):
     response = components["EmployeeQueryResponse"]
     assert response["required"] == ["count", "results"]
     assert response["properties"]["results"]["items"] == {"$ref": "#/components/schemas/Employee"}
-    assert set(components["QueryError"]["properties"]) == {"error", "path"}
+    assert set(components["QueryError"]["properties"]) == {"detail", "path"}
 
 
 def test_list_parameters(schema):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import html
+import json
+import re
 
 import pytest
 from django.core.cache import cache
@@ -17,6 +20,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from django_zerodb.rest.filters import RankedSearchFilter, ZeroFilterBackend
 from django_zerodb.rest.pagination import ZeroPageNumberPagination
 from django_zerodb.rest.permissions import ZeroModelPermissions
+from django_zerodb.rest.query import QueryParser
 from django_zerodb.rest.viewsets import ZeroModelViewSet
 from tests.django.rest.api import EmployeeHRViewSet, EmployeeSerializer, EmployeeViewSet
 from tests.django.rest.helpers import db, ids, pks
@@ -293,3 +297,23 @@ def test_throttling(staff, hr):
         assert codes == [200, 200, 200, 200, 429, 200]
     finally:
         cache.clear()
+
+
+# -- the query endpoint as the browsable API and OPTIONS describe it ------------------------
+
+
+def test_options_describe_the_query_body(api):
+    post = api.options("/api/employees/query/").json()["actions"]["POST"]
+    assert set(post) == {"filter", "order_by", "limit", "offset"}
+    assert post["limit"]["max_value"] == QueryParser.max_limit
+    assert "`" not in api.options("/api/employees/query/").json()["description"]
+
+
+def test_the_browsable_form_is_prefilled_with_a_body_that_works(api, hr):
+    page = api.get("/api/employees/query/", HTTP_ACCEPT="text/html").content.decode()
+    [prefilled] = re.findall(r'<textarea[^>]*name="_content"[^>]*>(.*?)</textarea>', page, re.S)
+    body = json.loads(html.unescape(prefilled))
+    assert set(body) == {"filter", "order_by", "limit", "offset"}
+    response = api.post("/api/employees/query/", body, format="json")
+    assert response.status_code == 200
+    assert response.json()["count"] == Employee.objects.count()

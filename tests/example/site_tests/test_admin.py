@@ -648,3 +648,32 @@ def test_a_change_that_loses_a_race_says_so(admin_client, staff):
     assert "changed by someone else while you edited it" in response.content.decode()
     employee.refresh_from_db()
     assert employee.salary == 1
+
+
+def test_a_large_department_inlines_its_first_employees_and_links_to_all(admin_client, staff):
+    from hr.admin import FirstEmployeesFormSet
+    from hr.models import Employee
+
+    legal = staff.departments[2]
+    template = staff.matching(lambda e: e.department_id == legal.pk)[0]
+    Employee.objects.bulk_create(
+        Employee(
+            first_name="Extra",
+            last_name=f"Person{i:03}",
+            email=f"extra{i}@example.com",
+            salary=template.salary,
+            department=legal,
+            hire_date=template.hire_date,
+        )
+        for i in range(FirstEmployeesFormSet.max_shown + 5)
+    )
+    headcount = Employee.objects.filter(department=legal).count()
+    assert headcount > FirstEmployeesFormSet.max_shown
+    response = admin_client.get(f"/admin/hr/department/{legal.pk}/change/")
+    assert response.status_code == 200
+    [inline] = response.context["inline_admin_formsets"]
+    shown = [form.instance for form in inline.formset.forms]
+    first = Employee.objects.filter(department=legal).order_by("last_name", "first_name", "pk")
+    assert [e.pk for e in shown] == [e.pk for e in first[: FirstEmployeesFormSet.max_shown]]
+    html = response.content.decode()
+    assert f"?department__id__exact={legal.pk}" in html and f"all {headcount} employees" in html

@@ -299,3 +299,35 @@ def test_api_lists_and_queries_the_encrypted_employees(admin_client, staff):
     )
     assert bad.status_code == 400 and bad.json()["path"] == "filter.salary.$gte"
     assert admin_client.get("/api/schema/").status_code == 200
+
+
+def test_api_refuses_to_delete_a_department_with_employees(admin_client, staff):
+    from hr.models import Department, Employee
+
+    department = staff.departments[0]
+    headcount = Employee.objects.filter(department=department).count()
+    response = admin_client.delete(f"/api/departments/{department.pk}/")
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"Other objects still refer to this one ({headcount} employees); nothing was deleted."
+    )
+    assert Department.objects.filter(pk=department.pk).exists()
+    Employee.objects.filter(department=department).delete()
+    assert admin_client.delete(f"/api/departments/{department.pk}/").status_code == 204
+
+
+@pytest.mark.parametrize("url", ["/api/employees/query/", "/api/employees/", "/api/departments/"])
+def test_api_refuses_deeply_nested_json(admin_client, url):
+    response = admin_client.post(url, "[" * 2000 + "]" * 2000, content_type="application/json")
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize("url, dist", [("/api/docs/", "swagger-ui-dist"), ("/api/redoc/", "redoc")])
+def test_api_documentation_pages(client, url, dist):
+    """Swagger UI and Redoc on the schema, their files served by the site (no CDN)."""
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/api/schema/" in html
+    assert f"/static/drf_spectacular_sidecar/{dist}/" in html
+    assert "cdn.jsdelivr.net" not in html
