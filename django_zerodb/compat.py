@@ -43,8 +43,9 @@ BitAnd: type | None = getattr(aggregates, "BitAnd", None)
 BitOr: type | None = getattr(aggregates, "BitOr", None)
 BitXor: type | None = getattr(aggregates, "BitXor", None)
 JSONNull: type | None = getattr(expressions, "JSONNull", None)
-# The warning Django 6.1 gives for ``json_field=None`` (still JSON's null); older
-# versions give none, so neither does this backend there.
-JSON_NONE_DEPRECATION: type[Warning] | None = getattr(
-    deprecation, "RemovedInDjango2028Warning", None
+# The warning Django 6.1 gives for ``json_field=None`` (still JSON's null), which came
+# with JSONNull; older versions give none (6.0 has the warning class, for other
+# deprecations), so neither does this backend there.
+JSON_NONE_DEPRECATION: type[Warning] | None = (
+    None if JSONNull is None else deprecation.RemovedInDjango2028Warning
 )
