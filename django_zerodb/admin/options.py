@@ -337,16 +337,20 @@ class ZeroChangeList(ChangeList):
 
     def get_ordering(self, request, queryset):
         ordering = super().get_ordering(request, queryset)
-        # Django appends "-pk" to make the order total. After an ascending column, "pk"
-        # (same direction) lets the engine page the column's index instead of sorting.
+        # Django appends "-pk" to make the order total (Django 5.2 and 6.0 may append it
+        # twice, the second one changing nothing). After an ascending column, "pk" (same
+        # direction) lets the engine page the column's index instead of sorting.
+        head = list(ordering)
+        while head and head[-1] == "-pk":
+            head.pop()
         if (
-            len(ordering) >= 2
-            and ordering[-1] == "-pk"
-            and isinstance(ordering[0], str)
-            and not ordering[0].startswith("-")
-            and "-pk" not in ordering[:-1]
+            head
+            and len(head) < len(ordering)
+            and isinstance(head[0], str)
+            and not head[0].startswith("-")
+            and "-pk" not in head
         ):
-            ordering = [*ordering[:-1], "pk"]
+            ordering = [*head, "pk"]
         return ordering
 
     def get_results(self, request):
