@@ -48,6 +48,7 @@ from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpResponseRedirect
 from django.utils.text import smart_split, unescape_string_literal
 
+from django_zerodb.compat import has_column
 from django_zerodb.exceptions import SerializationError
 from django_zerodb.indexes import TextIndex, model_spec
 
@@ -119,7 +120,7 @@ def path_field(model: type[models.Model], path: str) -> models.Field | None:
 
 def is_indexed(field: models.Field | None) -> bool:
     """Whether an ordered index of the encrypted database serves ``field``."""
-    if field is None or not field.concrete:
+    if field is None or not has_column(field):
         return False
     if field.primary_key:
         return True
