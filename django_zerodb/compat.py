@@ -11,8 +11,8 @@ look-alike).
   (``AggregateFilter``, ``AggregateOrderBy``). Django 5.2 keeps ``filter=`` as a
   resolved ``Q`` (a ``WhereNode``, evaluated as such) and has no ``order_by=`` on
   its own aggregates.
-- Django 5.2 and 6.0 call a ``ManyToManyField`` *concrete* (it has a ``column`` of its
-  name, though no table holds it); Django 6.1 does not. :func:`has_column` answers the
+- Django 5.2 calls a ``ManyToManyField`` *concrete* (it has a ``column`` of its name,
+  though no table holds it); Django 6.0 and 6.1 do not. :func:`has_column` answers the
   question the backend asks, the same on all three.
 - Django 6.1 added ``BitAnd``, ``BitOr``, ``BitXor``, ``JSONNull`` and the deprecation of
   ``json_field=None`` meaning JSON's null (:data:`JSON_NONE_DEPRECATION`).
@@ -58,6 +58,6 @@ JSON_NONE_DEPRECATION: type[Warning] | None = (
 
 
 def has_column(field: Any) -> bool:
-    """Whether ``field`` is stored in a column of its model's table (Django 6.1's
-    ``field.concrete``: a many-to-many field is not, on every supported version)."""
+    """Whether ``field`` is stored in a column of its model's table (``field.concrete``
+    from Django 6.0: a many-to-many field is not, on every supported version)."""
     return field.concrete and not field.many_to_many
