@@ -11,8 +11,9 @@ import django
 from zerodb_core import __version__
 
 # The Django versions this backend was tested with; it reaches into the ORM's compiler
-# and query internals, which change between feature releases.
-TESTED_DJANGO = ((6, 1),)
+# and query internals, which change between feature releases. What differs between
+# them is in compat.py (and docs/known-issues.md).
+TESTED_DJANGO = ((5, 2), (6, 0), (6, 1))
 
 if django.VERSION[:2] not in TESTED_DJANGO:
     from django.core.exceptions import ImproperlyConfigured

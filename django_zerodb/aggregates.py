@@ -13,21 +13,9 @@ import operator
 import statistics
 from typing import Any
 
-from django.db.models import (
-    Avg,
-    BitAnd,
-    BitOr,
-    BitXor,
-    Count,
-    Max,
-    Min,
-    StdDev,
-    StringAgg,
-    Sum,
-    Variance,
-)
-from django.db.models.aggregates import StringAggDelimiter
+from django.db.models import Avg, Count, Max, Min, StdDev, Sum, Variance
 
+from django_zerodb.compat import BitAnd, BitOr, BitXor, StringAgg, StringAggDelimiter
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.registry import AGGREGATES, VALUES
 from django_zerodb.values import Order, computing

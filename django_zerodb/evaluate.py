@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Aggregate, Lookup, Q
-from django.db.models.aggregates import AggregateFilter, AggregateOrderBy
 from django.db.models.expressions import (
     Case,
     Col,
@@ -32,7 +31,6 @@ from django.db.models.expressions import (
     Exists,
     ExpressionList,
     ExpressionWrapper,
-    JSONNull,
     NegatedExpression,
     OrderBy,
     OuterRef,
@@ -54,7 +52,6 @@ from django.db.models.fields.json import (
 from django.db.models.sql.compiler import PositionRef
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, OR, XOR, ExtraWhere, NothingNode, WhereNode
-from django.utils.deprecation import RemovedInDjango2028Warning, django_file_prefixes
 
 from django_zerodb import (  # noqa: F401  (they register)
     aggregates,
@@ -65,6 +62,7 @@ from django_zerodb import (  # noqa: F401  (they register)
     windows,
 )
 from django_zerodb.affinity import coercions
+from django_zerodb.compat import JSON_NONE_DEPRECATION, AggregateFilter, AggregateOrderBy, JSONNull
 from django_zerodb.correlated import Bound, bind, memo_key
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.expressions import UserLookup
@@ -187,7 +185,9 @@ def check_supported(node: Any) -> None:
         return
     if isinstance(node, Aggregate):
         AGGREGATE_FUNCTIONS.find(type(node))
-    elif isinstance(node, OrderBy | AggregateOrderBy):
+    elif isinstance(node, OrderBy) or (
+        AggregateOrderBy is not None and isinstance(node, AggregateOrderBy)
+    ):
         pass  # sorting, not a value: its expressions are checked below
     elif hasattr(node, "resolve_expression"):
         VALUES.find(type(node))
@@ -434,14 +434,19 @@ def _key_paths(rhs: Any) -> list[list[Any]]:
 
 def _warn_json_exact_none(lookup: Any) -> None:
     """Django's deprecation warning for ``json_field=None`` (meaning JSON null), which
-    its SQL compilers give and this backend, compiling no SQL, gives here."""
+    its SQL compilers give and this backend, compiling no SQL, gives here (Django 6.1 and
+    later: older versions do not deprecate it)."""
+    if JSON_NONE_DEPRECATION is None:
+        return
     if isinstance(lookup, KeyTransformExact) or isinstance(lookup.lhs, KeyTransform):
         return
+    from django.utils.deprecation import django_file_prefixes  # Django 6.0 and later
+
     warnings.warn(
         "Using None as the right-hand side of an exact lookup on JSONField to mean JSON "
         "scalar 'null' is deprecated. Use JSONNull() instead (or use the __isnull lookup "
         "if you meant SQL NULL).",
-        RemovedInDjango2028Warning,
+        JSON_NONE_DEPRECATION,
         skip_file_prefixes=(*django_file_prefixes(), os.path.dirname(__file__)),
     )
 

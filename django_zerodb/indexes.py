@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
 
+from django_zerodb.compat import has_column
 from django_zerodb.exceptions import NotSupportedError
 from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
 
@@ -54,7 +55,7 @@ def _columns(model: type[models.Model], names: Iterable[str]) -> list[str]:
 
 def field_indexes(field: models.Field) -> list[IndexSpec]:
     """The indexes one field asks for by itself."""
-    if not field.concrete or field.primary_key:
+    if not has_column(field) or field.primary_key:
         return []
     if field.unique:
         return [_spec(UNIQUE, [field.column])]

@@ -81,7 +81,11 @@ class Registry:
         # (Django's own tests add ``as_<vendor>`` to a class after using it).
         self._django_cache: dict[type, Any] = {}
 
-    def add(self, klass: type, entry: Any) -> None:
+    def add(self, klass: type | None, entry: Any) -> None:
+        """Register ``entry`` for ``klass``; None is a class the running Django does not
+        have (``compat.py``), which no query can hold: nothing to register."""
+        if klass is None:
+            return
         self._entries[klass] = entry
         self._django_cache.clear()
 

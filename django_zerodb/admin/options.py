@@ -48,6 +48,7 @@ from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpResponseRedirect
 from django.utils.text import smart_split, unescape_string_literal
 
+from django_zerodb.compat import has_column
 from django_zerodb.exceptions import SerializationError
 from django_zerodb.indexes import TextIndex, model_spec
 
@@ -119,7 +120,7 @@ def path_field(model: type[models.Model], path: str) -> models.Field | None:
 
 def is_indexed(field: models.Field | None) -> bool:
     """Whether an ordered index of the encrypted database serves ``field``."""
-    if field is None or not field.concrete:
+    if field is None or not has_column(field):
         return False
     if field.primary_key:
         return True
@@ -337,16 +338,20 @@ class ZeroChangeList(ChangeList):
 
     def get_ordering(self, request, queryset):
         ordering = super().get_ordering(request, queryset)
-        # Django appends "-pk" to make the order total. After an ascending column, "pk"
-        # (same direction) lets the engine page the column's index instead of sorting.
+        # Django appends "-pk" to make the order total (Django 5.2 and 6.0 may append it
+        # twice, the second one changing nothing). After an ascending column, "pk" (same
+        # direction) lets the engine page the column's index instead of sorting.
+        head = list(ordering)
+        while head and head[-1] == "-pk":
+            head.pop()
         if (
-            len(ordering) >= 2
-            and ordering[-1] == "-pk"
-            and isinstance(ordering[0], str)
-            and not ordering[0].startswith("-")
-            and "-pk" not in ordering[:-1]
+            head
+            and len(head) < len(ordering)
+            and isinstance(head[0], str)
+            and not head[0].startswith("-")
+            and "-pk" not in head
         ):
-            ordering = [*ordering[:-1], "pk"]
+            ordering = [*head, "pk"]
         return ordering
 
     def get_results(self, request):

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models.lookups import Lookup
 from django.db.models.sql.where import AND, WhereNode
 
+from django_zerodb.compat import has_column
 from django_zerodb.indexes import TextIndex, model_spec
 
 # Lookups the index planner answers from an ordered index (docs/known-issues.md).
@@ -54,7 +55,7 @@ def model_field(model: type[models.Model], name: str) -> models.Field | None:
         field = model._meta.get_field(name)
     except FieldDoesNotExist:
         return None
-    return field if field.concrete else None
+    return field if has_column(field) else None
 
 
 def is_sortable(model: type[models.Model], name: str) -> bool:

@@ -112,6 +112,14 @@ def test_an_instance_with_its_own_sql_is_refused(hr):
     refused("Upper", lambda: Employee.objects.annotate(x=Upper("last_name", function="LOWER")))
 
 
+def test_an_older_djangos_look_alike_is_refused(hr):
+    """django.contrib.postgres' StringAgg (the only one on Django 5.2) is not
+    django.db.models.StringAgg (Django 6.0): dispatch on real classes refuses it."""
+    from django.contrib.postgres.aggregates import StringAgg
+
+    refused("StringAgg", lambda: [Employee.objects.aggregate(s=StringAgg("last_name", ","))])
+
+
 def test_a_function_not_implemented_is_refused_by_name(hr):
     message = refused(
         "Collate", lambda: Employee.objects.annotate(x=Collate("first_name", "nocase"))
