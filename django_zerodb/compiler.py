@@ -21,6 +21,7 @@ from django.db.transaction import TransactionManagementError
 
 from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
+from django_zerodb.derived import add_derived
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery
@@ -130,6 +131,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                         "fields are allocated by the store; give other primary keys a value)"
                     )
             check_record_writes(self.query.model, ev, fields, rows)
+            add_derived(self.query.model, ev, rows)
             with session.writing() as txn:
                 txn.apply(
                     PutRecords(
@@ -190,7 +192,9 @@ class UpdateWhere(WriteOp):
                 new[field.column] = value
             changed.append((pk, new))
         fields = [f for f, _ in self.values]
-        check_record_writes(select.query.model, select.ev, fields, [r for _, r in changed])
+        records = [r for _, r in changed]
+        check_record_writes(select.query.model, select.ev, fields, records)
+        add_derived(select.query.model, select.ev, records)
         txn.writable_table(select.table).put_many(changed)
         return len(changed)
 

@@ -1,10 +1,11 @@
 """From a Django model to the engine's catalog entry (``ModelSpec``), and ``TextIndex``.
 
 Which indexes a model gets: every field with ``db_index=True`` or ``unique=True``, every
-ForeignKey (Django indexes them by default), ``unique_together``, ``UniqueConstraint``
-without a condition, everything in ``Meta.indexes``, and a full-text index for each
-``TextIndex``. Index names are derived from the columns, so the same definition always
-gives the same name and a migration can tell what changed.
+ForeignKey (Django indexes them by default), ``unique_together``, every
+``UniqueConstraint``, everything in ``Meta.indexes``, and a full-text index for each
+``TextIndex``. Functional and partial ones index derived columns (``derived.py``).
+Index names are derived from the columns, so the same definition always gives the same
+name and a migration can tell what changed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections.abc import Iterable
 
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
+from django.db.models.expressions import OrderBy
 
+from django_zerodb.derived import Derived, derived
 from django_zerodb.exceptions import NotSupportedError
 from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
 
@@ -64,33 +67,60 @@ def field_indexes(field: models.Field) -> list[IndexSpec]:
 
 
 def meta_index(model: type[models.Model], index: models.Index) -> IndexSpec:
-    if index.expressions or index.condition is not None or index.include:
-        raise NotSupportedError(
-            f"index {index.name!r} of {model._meta.label}: expression, partial and covering "
-            "indexes are not supported by the encrypted database; index plain fields"
-        )
+    """The catalog entry of one ``Meta.indexes`` item (functional and partial included)."""
     kind = TEXT if isinstance(index, TextIndex) else FIELD
-    return _spec(kind, _columns(model, index.fields))
+    return _spec(kind, _stored(index_parts(model, index)))
 
 
 def unique_constraint(model: type[models.Model], constraint) -> IndexSpec | None:
+    """The unique index of a ``UniqueConstraint`` (None for other constraints)."""
     if not isinstance(constraint, models.UniqueConstraint):
-        return None  # check constraints are validated by Django's model validation only
-    fields = list(constraint.fields) or _plain_fields(constraint.expressions)
-    if constraint.condition is not None or constraint.include or not fields:
+        return None  # check constraints are checked on writes (constraints.py)
+    return _spec(UNIQUE, _stored(index_parts(model, constraint)))
+
+
+def index_parts(model: type[models.Model], item) -> list[str | Derived]:
+    """What an index or unique constraint keys on, in order: a plain field's column, or
+    a :class:`~django_zerodb.derived.Derived` value (an expression, or a field under a
+    condition). Covering and operator-class options mean nothing here and are refused."""
+    if not isinstance(item, models.Index | models.UniqueConstraint):
+        return []
+    label = f"{type(item).__name__.lower()} {item.name!r} of {model._meta.label}"
+    if item.include or item.opclasses:
         raise NotSupportedError(
-            f"constraint {constraint.name!r} of {model._meta.label}: conditional or "
-            "expression unique constraints are not supported by the encrypted database; "
-            "use a plain UniqueConstraint(fields=[...])"
+            f"{label}: include= and opclasses= are not supported by the encrypted database "
+            "(records are read whole and keys compare as bytes); remove them"
         )
-    return _spec(UNIQUE, _columns(model, fields))
+    if getattr(item, "nulls_distinct", None) is False:
+        raise NotSupportedError(
+            f"{label}: nulls_distinct=False is not supported by the encrypted database; "
+            "NULLs repeat in unique indexes, as SQL's default"
+        )
+    condition = item.condition
+    if isinstance(item, TextIndex) and condition is not None:
+        raise NotSupportedError(f"{label}: a text index takes no condition")
+    if item.expressions:
+        plain = [] if condition is not None else _plain_fields(item.expressions)
+        if plain:
+            return _columns(model, plain)
+        return [derived(e, condition) for e in item.expressions]
+    names = [name.lstrip("-") for name in item.fields]
+    if condition is None:
+        return _columns(model, names)
+    return [derived(name, condition) for name in names]
+
+
+def _stored(parts: list[str | Derived]) -> list[str]:
+    return [part.column if isinstance(part, Derived) else part for part in parts]
 
 
 def _plain_fields(expressions: Iterable) -> list[str]:
     """``UniqueConstraint(F("a"), "b")`` names plain fields: the same as ``fields=``.
-    Anything else (a function, an ordering, a transform) gives no fields."""
+    Anything else (a function, a transform) gives no fields."""
     names = []
     for expression in expressions:
+        if isinstance(expression, OrderBy):
+            expression = expression.expression
         if type(expression) is not models.F or LOOKUP_SEP in expression.name:
             return []
         names.append(expression.name)

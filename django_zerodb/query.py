@@ -27,6 +27,7 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
+from django_zerodb.derived import served
 from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
@@ -175,12 +176,15 @@ class SelectQuery:
         chain = self._inner_chain(joins)
         restrict: dict[str, list[Expr]] = defaultdict(list)
         residual = []
-        for term in conjuncts(self.where):
+        terms = conjuncts(self.where)
+        for term in terms:
             aliases = aliases_of(term)
             if not aliases:
                 aliases = {self.base_alias}
             if len(aliases) == 1 and (alias := next(iter(aliases))) in chain:
-                restrict[alias].append(pushdown(term, alias, self.ev))
+                model = self.query.model if alias == self.base_alias else None
+                expr = served(model, term, terms, self.ev)
+                restrict[alias].append(expr or pushdown(term, alias, self.ev))
             else:
                 residual.append(term)
         # Semi-joins, deepest first: rows of a restricted INNER-joined table restrict the

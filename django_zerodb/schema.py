@@ -14,9 +14,11 @@ from typing import Any
 
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
+from django_zerodb.derived import Derived, deriver, is_derived, model_derived
 from django_zerodb.exceptions import NotSupportedError, translated
 from django_zerodb.indexes import (
     field_indexes,
+    index_parts,
     meta_index,
     model_spec,
     unique_constraint,
@@ -78,6 +80,11 @@ def _progress(total: int, label: str):
         unit="rec",
         disable=total < REWRITE_BATCH or not sys.stderr.isatty(),
     )
+
+
+def _derives(model, item) -> bool:
+    """Whether an index or constraint keys on derived columns."""
+    return any(isinstance(p, Derived) for p in index_parts(model, item))
 
 
 def empty_tables(connection, tables: list[str]) -> None:
@@ -169,7 +176,10 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
         else:
             ops = []
         # AddField passes the model before the change; the field's model has it.
-        self._apply(*ops, EnsureModel(model_spec(getattr(field, "model", None) or model)))
+        after = getattr(field, "model", None) or model
+        if default is not None:
+            ops.extend(self._derive(after))
+        self._apply(*ops, EnsureModel(model_spec(after)))
 
     def remove_field(self, model, field) -> None:
         if field.many_to_many:
@@ -220,7 +230,11 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
                 )
         # AlterField and RenameField pass the model before the change; the new field's
         # model is the one after it.
-        ops.append(EnsureModel(model_spec(getattr(new_field, "model", None) or model)))
+        after = getattr(new_field, "model", None) or model
+        for spec in self._derived_indexes(table):
+            ops.append(DropIndex(table, spec.name))  # computed from the field as it was
+        ops.extend(self._derive(after))
+        ops.append(EnsureModel(model_spec(after)))
         self._apply(*ops)
 
     def _indexes_on(self, table: str, column: str) -> list:
@@ -231,12 +245,42 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
 
     # -- indexes and constraints -----------------------------------------------------------
 
+    def _derived_indexes(self, table: str) -> list:
+        """The catalog's indexes on derived columns of ``table``."""
+        spec = self.connection.session.view().catalog.get(table)
+        if spec is None:
+            return []
+        return [i for i in spec.indexes.values() if any(map(is_derived, i.fields))]
+
+    def _derive(self, model, without=None) -> list[WriteOp]:
+        """Rewrite every record's derived columns (functional and partial indexes) as
+        ``model`` declares them, less those only ``without`` (an index or constraint
+        being removed) needs; nothing when the model has none and the records none."""
+        wanted = model_derived(model)
+        if without is not None:
+            others = {
+                p.column
+                for item in (*model._meta.indexes, *model._meta.constraints)
+                if item.name != without.name
+                for p in index_parts(model, item)
+                if isinstance(p, Derived)
+            }
+            wanted = tuple(p for p in wanted if p.column in others)
+        if not wanted and not self._derived_indexes(model._meta.db_table) and without is None:
+            return []
+        keep = frozenset(p.column for p in wanted)
+        change = deriver(self.connection, model, keep)
+        return [RewriteRecords(model._meta.db_table, change, "computing index expressions")]
+
     def add_index(self, model, index) -> None:
         spec = meta_index(model, index)
-        self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+        ops = self._derive(model) if _derives(model, index) else []
+        self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
 
     def remove_index(self, model, index) -> None:
-        self._apply(DropIndex(model._meta.db_table, meta_index(model, index).name))
+        table = model._meta.db_table
+        ops = self._derive(model, without=index) if _derives(model, index) else []
+        self._apply(DropIndex(table, meta_index(model, index).name), *ops)
 
     def rename_index(self, model, old_index, new_index) -> None:
         pass  # index names in the catalog come from the columns, not from Django's names
@@ -244,12 +288,14 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
     def add_constraint(self, model, constraint) -> None:
         spec = unique_constraint(model, constraint)
         if spec is not None:
-            self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+            ops = self._derive(model) if _derives(model, constraint) else []
+            self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
 
     def remove_constraint(self, model, constraint) -> None:
         spec = unique_constraint(model, constraint)
         if spec is not None:
-            self._apply(DropIndex(model._meta.db_table, spec.name))
+            ops = self._derive(model, without=constraint) if _derives(model, constraint) else []
+            self._apply(DropIndex(model._meta.db_table, spec.name), *ops)
 
     def alter_unique_together(self, model, old_unique_together, new_unique_together) -> None:
         self._realign(model)

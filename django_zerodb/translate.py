@@ -192,6 +192,29 @@ def _row(node: Any, alias: str, negated: bool, ev: Evaluator) -> Expr:
     return RowCondition(node, alias, columns, ev, negated)
 
 
+def direct_lookup(lookup: Any) -> bool:
+    """Whether a lookup compares with constants: no expression, no subquery, no
+    bilateral transform, a builtin lookup (a user's is evaluated in Python)."""
+    rhs = lookup.rhs
+    direct = not (hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"))
+    if isinstance(rhs, list | tuple):
+        direct = direct and not any(hasattr(v, "resolve_expression") for v in rhs)
+    return (
+        direct
+        and isinstance(lookup_kind(lookup), str)
+        and not isinstance(rhs, Query)
+        and not getattr(lookup, "bilateral_transforms", None)
+    )
+
+
+def build_operator(name: str, column: str, value: Any) -> Expr | None:
+    """The index-servable operator for ``column <name> value``, if there is one."""
+    try:
+        return _operator(name, column, value, False)
+    except (QueryError, ValueError):
+        return None
+
+
 def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:
     lhs = lookup.lhs
     rhs = lookup.rhs
