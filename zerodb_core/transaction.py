@@ -27,7 +27,7 @@ from zerodb_core.isolation import (
 from zerodb_core.lsm import Changes, LogTree, TextTree
 from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import TEXT, IndexSpec, ModelSpec
+from zerodb_core.schema import POSTINGS, IndexSpec, ModelSpec
 
 if TYPE_CHECKING:
     from zerodb_core.btree import NodeSource, Reader
@@ -79,9 +79,9 @@ class View:
         return index if index is not None and filtered(index) else None
 
     def is_text(self, name: str) -> bool:
-        """Whether the tree ``name`` is a full-text index (blocks of postings)."""
+        """Whether the tree ``name`` is a full-text or trigram index (blocks of postings)."""
         index = self.index_of(name)
-        return index is not None and index.kind == TEXT
+        return index is not None and index.kind in POSTINGS
 
     def leaf_bytes(self, name: str) -> int:
         """The leaf budget of a tree, by what it holds (records, postings, index keys)."""

@@ -24,9 +24,11 @@ from zerodb_core.query.planner import (
     Plan,
     Source,
     TextScan,
+    TrigramScan,
     Union,
 )
 from zerodb_core.records import Table
+from zerodb_core.schema import POSTINGS
 from zerodb_core.serialization import unpack
 from zerodb_core.text import bm25_idf, bm25_weight
 
@@ -145,6 +147,8 @@ class Executor:
             return self._all_pks_reader()
         if isinstance(leaf, TextScan):
             return self._text_reader(leaf)
+        if isinstance(leaf, TrigramScan):
+            return self._trigram_reader(leaf)
         return self._index_reader(leaf)
 
     def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
@@ -160,7 +164,9 @@ class Executor:
     def _all_pks_reader(self):
         """Every primary key, from the smallest ordered index (every record has an entry
         in each, None included) or else from the records themselves."""
-        ordered = [i for i in self.spec.indexes.values() if i.kind != "text" and len(i.fields) == 1]
+        ordered = [
+            i for i in self.spec.indexes.values() if i.kind not in POSTINGS and len(i.fields) == 1
+        ]
         if ordered:
             tree = self.view.tree(self.spec.index_tree(ordered[0]))
             entries = yield from tree.scan_reader()
@@ -195,13 +201,7 @@ class Executor:
         found = yield from tree.terms_reader(term_keys)
         by_term = dict(zip(terms, found))
         groups = sorted(scan.predicate.groups, key=lambda g: min(by_term[t].df for t in g))
-        by_df = sorted(terms, key=lambda t: by_term[t].df)
-        docs = by_term[by_df[0]].documents()
-        postings = {}
-        for term in by_df[1:]:  # each term narrows the documents down for the next
-            postings[term] = by_term[term].match(docs)
-            docs = set(postings[term])
-        postings[by_df[0]] = by_term[by_df[0]].match(docs)
+        docs, postings = _narrowed(by_term)
         for group in groups:
             if len(group) > 1:
                 docs = {pk for pk in docs if _phrase_at(postings, group, pk)}
@@ -220,6 +220,18 @@ class Executor:
                 scores[pk] += weight
         return (_rank(scores, top), scores)
 
+    def _trigram_reader(self, scan: TrigramScan):
+        """Documents whose folded text holds the needle, in key order, and no scores:
+        the postings of the trigrams covering the needle, rarest first, each narrowing
+        the documents down, then their positions checked."""
+        parts = scan.predicate.parts
+        terms = sorted({trigram for _, trigram in parts})
+        tree = self.view.tree(scan.tree)
+        found = yield from tree.terms_reader([encode_key(t) for t in terms])
+        docs, postings = _narrowed(dict(zip(terms, found)))
+        hits = [pk for pk in docs if _at_offsets(postings, parts, pk)]
+        return (sorted(hits, key=sort_key), None)
+
     def top_text(self, scan: TextScan, k: int) -> list[Any]:
         """The ``k`` best documents of a search, best first."""
         self.table.records.prefetch()
@@ -228,7 +240,7 @@ class Executor:
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
         if isinstance(source, IndexScan):
             return results[id(source)], None
-        if isinstance(source, TextScan):
+        if isinstance(source, TextScan | TrigramScan):
             return results[id(source)]
         if isinstance(source, Complement):
             excluded = set(self._combine(source.part, results)[0])
@@ -294,7 +306,7 @@ class Executor:
 
 
 def _collect(source, out: list) -> None:
-    if isinstance(source, IndexScan | TextScan):
+    if isinstance(source, IndexScan | TextScan | TrigramScan):
         out.append(source)
     elif isinstance(source, Complement):
         _collect(source.part, out)
@@ -321,6 +333,27 @@ def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
                 }
             )
     return merged
+
+
+def _narrowed(by_term: dict) -> tuple[set, dict]:
+    """The documents holding every term, and each term's postings in them: the rarest
+    term's documents first, each further term narrowing them down for the next."""
+    by_df = sorted(by_term, key=lambda t: by_term[t].df)
+    docs = by_term[by_df[0]].documents()
+    postings = {}
+    for term in by_df[1:]:
+        postings[term] = by_term[term].match(docs)
+        docs = set(postings[term])
+    postings[by_df[0]] = by_term[by_df[0]].match(docs)
+    return docs, postings
+
+
+def _at_offsets(postings, parts: list[tuple[int, str]], pk: Any) -> bool:
+    """Whether document ``pk`` holds each trigram of ``parts`` at one start plus its
+    offset (the trigrams cover the needle, so it holds the needle there)."""
+    (first_offset, first), *rest = parts
+    wanted = [(offset - first_offset, set(postings[t][pk][1])) for offset, t in rest]
+    return any(all(p + d in where for d, where in wanted) for p in postings[first][pk][1])
 
 
 def _phrase_at(postings, group: list[str], pk: Any) -> bool:
