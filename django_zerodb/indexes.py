@@ -1,9 +1,10 @@
-"""From a Django model to the engine's catalog entry (``ModelSpec``), and ``TextIndex``.
+"""From a Django model to the engine's catalog entry (``ModelSpec``); ``TextIndex`` and
+``TrigramIndex``.
 
 Which indexes a model gets: every field with ``db_index=True`` or ``unique=True``, every
 ForeignKey (Django indexes them by default), ``unique_together``, every
 ``UniqueConstraint``, everything in ``Meta.indexes``, and a full-text index for each
-``TextIndex``. Functional and partial ones index derived columns (``derived.py``).
+``TextIndex``, and a trigram index per field of each ``TrigramIndex``. Functional and partial ones index derived columns (``derived.py``).
 Index names are derived from the columns, so the same definition always gives the same
 name and a migration can tell what changed.
 """
@@ -18,7 +19,7 @@ from django.db.models.expressions import OrderBy
 
 from django_zerodb.derived import Derived, derived
 from django_zerodb.exceptions import NotSupportedError
-from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.schema import FIELD, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
 
 
 class TextIndex(models.Index):
@@ -42,8 +43,31 @@ class TextIndex(models.Index):
         return "django_zerodb.indexes.TextIndex", args, kwargs
 
 
+class TrigramIndex(models.Index):
+    """An encrypted trigram index of text fields, for substring search in any case.
+
+    Serves ``contains``, ``icontains``, ``endswith``, ``iendswith``, ``iexact`` and
+    ``regex``/``iregex`` with literal fragments of at least 3 characters, by candidate
+    generation and an exact check (``substring.py``). One index per field listed:
+    ``Meta.indexes = [TrigramIndex(fields=["bio"], name="employee_bio_trgm")]``. Its
+    posting lists reveal the most of any index kind (docs/threat-model.md).
+    """
+
+    suffix = "trgm"
+
+    def __init__(self, *, fields: Iterable[str] = (), name: str | None = None) -> None:
+        fields = list(fields)
+        if not fields or any(f.startswith("-") for f in fields):
+            raise ValueError("TrigramIndex takes one or more fields, in ascending order")
+        super().__init__(fields=fields, name=name)
+
+    def deconstruct(self):
+        _, args, kwargs = super().deconstruct()
+        return "django_zerodb.indexes.TrigramIndex", args, kwargs
+
+
 def index_name(kind: str, columns: Iterable[str]) -> str:
-    prefix = {FIELD: "f", UNIQUE: "u", TEXT: "t"}[kind]
+    prefix = {FIELD: "f", UNIQUE: "u", TEXT: "t", TRIGRAM: "g"}[kind]
     return f"{prefix}:{','.join(columns)}"
 
 
@@ -66,10 +90,13 @@ def field_indexes(field: models.Field) -> list[IndexSpec]:
     return []
 
 
-def meta_index(model: type[models.Model], index: models.Index) -> IndexSpec:
-    """The catalog entry of one ``Meta.indexes`` item (functional and partial included)."""
-    kind = TEXT if isinstance(index, TextIndex) else FIELD
-    return _spec(kind, _stored(index_parts(model, index)))
+def meta_index(model: type[models.Model], index: models.Index) -> list[IndexSpec]:
+    """The catalog entries of one ``Meta.indexes`` item (functional and partial included;
+    a trigram index of several fields is one per field)."""
+    columns = _stored(index_parts(model, index))
+    if isinstance(index, TrigramIndex):
+        return [_spec(TRIGRAM, [column]) for column in columns]
+    return [_spec(TEXT if isinstance(index, TextIndex) else FIELD, columns)]
 
 
 def unique_constraint(model: type[models.Model], constraint) -> IndexSpec | None:
@@ -97,8 +124,8 @@ def index_parts(model: type[models.Model], item) -> list[str | Derived]:
             "NULLs repeat in unique indexes, as SQL's default"
         )
     condition = item.condition
-    if isinstance(item, TextIndex) and condition is not None:
-        raise NotSupportedError(f"{label}: a text index takes no condition")
+    if isinstance(item, TextIndex | TrigramIndex) and condition is not None:
+        raise NotSupportedError(f"{label}: a text or trigram index takes no condition")
     if item.expressions:
         plain = [] if condition is not None else _plain_fields(item.expressions)
         if plain:
@@ -136,7 +163,7 @@ def model_spec(model: type[models.Model]) -> ModelSpec:
     for fields in opts.unique_together:
         specs.append(_spec(UNIQUE, _columns(model, fields)))
     for index in opts.indexes:
-        specs.append(meta_index(model, index))
+        specs.extend(meta_index(model, index))
     for constraint in opts.constraints:
         spec = unique_constraint(model, constraint)
         if spec is not None:

@@ -40,6 +40,7 @@ from django_zerodb.evaluate import (
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.registry import own_sql, unsupported
+from django_zerodb.substring import trigram_served
 from django_zerodb.translate import (
     Never,
     aliases_of,
@@ -183,7 +184,7 @@ class SelectQuery:
                 aliases = {self.base_alias}
             if len(aliases) == 1 and (alias := next(iter(aliases))) in chain:
                 model = self.query.model if alias == self.base_alias else None
-                expr = served(model, term, terms, self.ev)
+                expr = served(model, term, terms, self.ev) or trigram_served(model, term, self.ev)
                 restrict[alias].append(expr or pushdown(term, alias, self.ev))
             else:
                 residual.append(term)

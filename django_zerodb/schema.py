@@ -273,14 +273,15 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
         return [RewriteRecords(model._meta.db_table, change, "computing index expressions")]
 
     def add_index(self, model, index) -> None:
-        spec = meta_index(model, index)
+        specs = meta_index(model, index)
         ops = self._derive(model) if _derives(model, index) else []
-        self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+        self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {s.name: s for s in specs})))
 
     def remove_index(self, model, index) -> None:
         table = model._meta.db_table
         ops = self._derive(model, without=index) if _derives(model, index) else []
-        self._apply(DropIndex(table, meta_index(model, index).name), *ops)
+        drops = [DropIndex(table, spec.name) for spec in meta_index(model, index)]
+        self._apply(*drops, *ops)
 
     def rename_index(self, model, old_index, new_index) -> None:
         pass  # index names in the catalog come from the columns, not from Django's names

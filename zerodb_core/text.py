@@ -100,9 +100,8 @@ def fold(text: str) -> str:
     """The text trigram indexes hold: ``lower()``, with final sigma as any sigma.
 
     ``str.lower()`` maps each character on its own except capital sigma, which lowers to
-    final sigma (U+03C2) at the end of a word and sigma (U+03C3) elsewhere; mapping the first
-    to the second afterwards makes
-    ``fold`` a per-character map. So a substring of a text folds to a substring of the
+    final sigma (U+03C2) at the end of a word and sigma (U+03C3) elsewhere; mapping the
+    first to the second afterwards makes ``fold`` a per-character map. So a substring of a text folds to a substring of the
     folded text, whatever the case, and a lowered substring (``icontains``) folds to a
     substring of it too: trigrams of the folded text find every candidate.
     """
