@@ -3,10 +3,11 @@
 
 Which indexes a model gets: every field with ``db_index=True`` or ``unique=True``, every
 ForeignKey (Django indexes them by default), ``unique_together``, every
-``UniqueConstraint``, everything in ``Meta.indexes``, and a full-text index for each
-``TextIndex``, and a trigram index per field of each ``TrigramIndex``. Functional and partial ones index derived columns (``derived.py``).
-Index names are derived from the columns, so the same definition always gives the same
-name and a migration can tell what changed.
+``UniqueConstraint``, everything in ``Meta.indexes`` (a full-text index for a
+``TextIndex``, a trigram index per field of a ``TrigramIndex``). Functional and partial
+ones index derived columns (``derived.py``). Index names are derived from the columns,
+so the same definition always gives the same name and a migration can tell what
+changed.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ Why the candidates are complete, per lookup (``fold`` maps characters one by one
   group, repetition or alternative) is matched by those characters, in order;
 * ``iregex``: as ``regex``, only for characters whose every case-insensitive match in
   Python's ``re`` folds like them (ASCII letters other than i, k and s, digits,
-  punctuation: ``re.IGNORECASE`` also matches ``ı`` to ``i``, ``K`` (Kelvin) to ``k``
-  and ``ſ`` to ``s``, which ``lower()`` does not).
+  punctuation: ``re.IGNORECASE`` also matches dotless i (U+0131) to ``i``, the Kelvin
+  sign (U+212A) to ``k`` and long s (U+017F) to ``s``, which ``lower()`` does not).
 
 ``icontains`` of a fragment without a sigma needs no check at all: there ``fold`` and
 ``lower()`` agree on every character the match covers, so the trigram scan's answer is
