@@ -102,8 +102,9 @@ def fold(text: str) -> str:
     ``str.lower()`` maps each character on its own except capital sigma, which lowers to
     final sigma (U+03C2) at the end of a word and sigma (U+03C3) elsewhere; mapping the
     first to the second afterwards makes ``fold`` a per-character map. So a substring of
-    a text folds to a substring of the folded text, whatever the case, and a lowered substring (``icontains``) folds to a
-    substring of it too: trigrams of the folded text find every candidate.
+    a text folds to a substring of the folded text, whatever the case, and a lowered
+    substring (``icontains``) folds to a substring of it too: trigrams of the folded text
+    find every candidate.
     """
     return text.lower().replace("\u03c2", "\u03c3")
 
