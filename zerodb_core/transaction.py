@@ -27,7 +27,7 @@ from zerodb_core.isolation import (
 from zerodb_core.lsm import Changes, LogTree, TextTree
 from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import POSTINGS, IndexSpec, ModelSpec
+from zerodb_core.schema import POSTINGS, TRIGRAM, IndexSpec, ModelSpec
 
 if TYPE_CHECKING:
     from zerodb_core.btree import NodeSource, Reader
@@ -62,7 +62,7 @@ class View:
         """The tree ``name`` (a :class:`LogTree`, or a :class:`TextTree` for a full-text
         index)."""
         if self.is_text(name):
-            return TextTree(self, name, self.sizes.text)
+            return TextTree(self, name, self.leaf_bytes(name))
         return LogTree(self, name, self.leaf_bytes(name), self.filtered_index(name))
 
     def index_of(self, name: str) -> IndexSpec | None:
@@ -87,6 +87,9 @@ class View:
         """The leaf budget of a tree, by what it holds (records, postings, index keys)."""
         if name.startswith("r/"):
             return self.sizes.records
+        index = self.index_of(name)
+        if index is not None and index.kind == TRIGRAM:
+            return self.sizes.trigram
         return self.sizes.text if self.is_text(name) else self.sizes.index
 
     def run(self, readers: list[Reader]) -> list[Any]:
@@ -425,7 +428,7 @@ class Transaction(View):
                 continue
             postings = self.is_text(name)
             if postings:
-                keys, values = TextTree(self, name, self.sizes.text).pending_blocks()
+                keys, values = TextTree(self, name, self.leaf_bytes(name)).pending_blocks()
                 tags = b""
             else:
                 keys = pending.sorted_keys()
