@@ -27,7 +27,7 @@ from django.db.models.sql.compiler import SQLUpdateCompiler
 from django.db.models.sql.datastructures import Join
 from django.db.models.sql.where import NothingNode
 
-from django_zerodb.derived import served
+from django_zerodb.derived import served, served_column
 from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
@@ -355,11 +355,17 @@ class SelectQuery:
         keys = []
         for order in self.order_by:
             expr = order.expression
-            if not isinstance(expr, Col) or expr.alias != self.base_alias:
-                return None
             if order.nulls_first or order.nulls_last:
                 return None
-            keys.append((expr.target.column, order.descending))
+            if isinstance(expr, Col) and expr.alias == self.base_alias:
+                keys.append((expr.target.column, order.descending))
+                continue
+            # An expression an index keeps (order_by(Lower("last_name"))): its column.
+            on_base = {c.alias for c in expr.flatten() if isinstance(c, Col)} == {self.base_alias}
+            column = served_column(self.query.model, expr) if on_base else None
+            if column is None:
+                return None
+            keys.append((column, order.descending))
         column, desc = keys[0]
         if any(d != desc for _, d in keys[1:]):
             return None

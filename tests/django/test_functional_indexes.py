@@ -189,3 +189,28 @@ def test_alter_field_under_a_functional_index_recomputes_it(scratch):
     Person = person(state)
     assert Person.objects.filter(last__iexact="CURRY").count() == 3
     assert len([n for n in indexes(alias, "scratch_person") if "~" in n]) == 1
+
+
+def test_ordering_by_an_indexed_expression_reads_the_index(scratch):
+    alias = scratch
+    state = person_state(alias)
+    Person = person(state)
+    unindexed = list(Person.objects.order_by(Lower("last"), "pk").values_list("pk", flat=True))
+    index = models.Index(Upper("last"), name="person_upper_last")
+    state = apply(alias, state, migrations.AddIndex("Person", index))
+    Person = person(state)
+    ordered = Person.objects.order_by(Upper("last"), "pk")
+    select = ordered.query.get_compiler(alias).select_query()
+    select._plan()
+    column, descending = select._index_order()  # read in the order of the index
+    assert is_derived(column) and not descending
+    expected = sorted(
+        Person.objects.values_list("pk", "last"),
+        key=lambda r: (r[1] is not None, (r[1] or "").upper(), r[0]),
+    )
+    assert list(ordered.values_list("pk", flat=True)) == [pk for pk, _ in expected]
+    descending = list(
+        Person.objects.order_by(Upper("last").desc(), "-pk").values_list("pk", flat=True)
+    )
+    assert descending == [pk for pk, _ in reversed(expected)]
+    assert len(unindexed) == len(expected)
