@@ -183,9 +183,8 @@ class SelectQuery:
             if not aliases:
                 aliases = {self.base_alias}
             if len(aliases) == 1 and (alias := next(iter(aliases))) in chain:
-                model = self.query.model if alias == self.base_alias else None
-                expr = served(model, term, terms, self.ev) or trigram_served(model, term, self.ev)
-                restrict[alias].append(expr or pushdown(term, alias, self.ev))
+                serve = self._serve(terms) if alias == self.base_alias else None
+                restrict[alias].append(pushdown(term, alias, self.ev, serve=serve))
             else:
                 residual.append(term)
         # Semi-joins, deepest first: rows of a restricted INNER-joined table restrict the
@@ -201,6 +200,17 @@ class SelectQuery:
             restrict[join.parent_alias].append(Any_(parent_col, _sorted(values)))
         self.joins, self.by_alias = joins, by_alias
         self.restrict, self.residual = restrict, residual
+
+    def _serve(self, terms: list) -> Any:
+        """How lookups on the base table may be served by indexes of computed values: a
+        ``Lower``/expression index or an implied partial index (``derived.served``, with
+        the query's top-level conjuncts), else a trigram index."""
+        model, ev = self.query.model, self.ev
+
+        def serve(lookup: Any) -> Expr | None:
+            return served(model, lookup, terms, ev) or trigram_served(model, lookup, ev)
+
+        return serve
 
     # -- reading tables --------------------------------------------------------------------
 

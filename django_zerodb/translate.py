@@ -11,6 +11,7 @@ anything else becomes a check on the decrypted record (``RowCondition``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import CharField, Lookup, TextField
@@ -162,16 +163,26 @@ def aliases_of(node: Any) -> set[str]:
     return {alias for alias, _ in columns_of(node)}
 
 
-def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Expr:
+def pushdown(
+    node: Any,
+    alias: str,
+    ev: Evaluator,
+    negated: bool = False,
+    serve: Callable[[Any], Expr | None] | None = None,
+) -> Expr:
     """The engine expression meaning ``node is True`` (``is False`` when ``negated``) on
-    records of ``alias``; the caller checked that ``node`` reads no other alias."""
+    records of ``alias``; the caller checked that ``node`` reads no other alias.
+
+    ``serve(lookup)`` may give, for a lookup that is not negated, an expression of the
+    same meaning that an index of a computed value serves (``derived.served``,
+    ``substring.trigram_served``); None leaves the lookup as translated here."""
     if isinstance(node, NothingNode):
         return Never() if not negated else _always()
     if isinstance(node, WhereNode):
         neg = negated != node.negated
         if node.connector not in (AND, OR):  # XOR: truth() applies node.negated itself
             return _row(node, alias, negated, ev)
-        parts = [pushdown(child, alias, ev, neg) for child in node.children]
+        parts = [pushdown(child, alias, ev, neg, serve) for child in node.children]
         if not parts:
             return _always() if node.connector == AND and not neg else Never()
         conjunctive = (node.connector == AND) != neg
@@ -179,7 +190,8 @@ def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Exp
             return parts[0]
         return And(*parts) if conjunctive else Or(*parts)
     if isinstance(node, Lookup):
-        return _lookup(node, alias, ev, negated)
+        served = serve(node) if serve is not None and not negated else None
+        return served if served is not None else _lookup(node, alias, ev, negated)
     return _row(node, alias, negated, ev)
 
 
