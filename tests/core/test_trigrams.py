@@ -100,3 +100,31 @@ def test_count_of_a_trigram_scan_reads_no_record(make_db):
     records = set().union(*view.run([Run(r).node_ids_reader() for r in view.runs["r/Note"]]))
     assert counted and not counted & records
     assert listed & records  # listing them does read records
+
+
+def test_and_keeps_the_cheaper_of_a_trigram_and_a_field_index(make_db):
+    """Counted trees give each scan's size: the planner reads the smaller and checks the
+    other condition on the records (same answers either way)."""
+    from zerodb_core.query import And, Eq
+    from zerodb_core.query.executor import Executor
+    from zerodb_core.query.planner import IndexScan
+
+    db = make_db()
+    with db.transaction():
+        db.add(
+            *(Note(title="bulk" if n < 500 else f"t{n}", body="common text") for n in range(600))
+        )
+        db.add(*(Note(title="bulk", body="a quokka") for _ in range(3)))
+    table = db.current_view().table(Note.zerodb_name)
+    executor = Executor(table)
+
+    def chosen(expr):
+        refined = executor.refine(plan(expr, table.spec))
+        return refined.source, len(db[Note].query(expr))
+
+    # A common fragment and a rare title: the title's index is read, the text checked.
+    source, found = chosen(And(Eq("title", "t550"), Substring("body", "common")))
+    assert isinstance(source, IndexScan) and found == 1
+    # A rare fragment and a common title: the trigram postings are read.
+    source, found = chosen(And(Eq("title", "bulk"), Substring("body", "quokka")))
+    assert isinstance(source, TrigramScan) and found == 3

@@ -14,7 +14,7 @@ from operator import neg
 from typing import Any
 
 from zerodb_core.btree import gather
-from zerodb_core.encoding import encode_key
+from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.operators import And, Expr
 from zerodb_core.query.planner import (
@@ -67,12 +67,12 @@ class Executor:
     # -- choosing ------------------------------------------------------------------------
 
     def refine(self, plan: Plan) -> Plan:
-        """Drop index scans of an ``And`` that would read far more entries than the most
-        selective one; their conditions move to the residual check."""
+        """Drop index and trigram scans of an ``And`` that would read far more entries
+        than the most selective one; their conditions move to the residual check."""
         source = plan.source
         if not isinstance(source, Intersect):
             return plan
-        scans = [p for p in source.parts if isinstance(p, IndexScan)]
+        scans = [p for p in source.parts if isinstance(p, IndexScan | TrigramScan)]
         if len(scans) < 2:
             return plan
         estimates = dict(zip(map(id, scans), self.estimate_many(scans)))
@@ -86,18 +86,29 @@ class Executor:
         residual = residuals[0] if len(residuals) == 1 else And(*residuals)
         return Plan(kept[0] if len(kept) == 1 else Intersect(kept), residual)
 
-    def estimate_many(self, scans: list[IndexScan]) -> list[int]:
-        """Estimated entries of each scan, from inner nodes only (no leaf is read)."""
+    def estimate_many(self, scans: list[IndexScan | TrigramScan]) -> list[int]:
+        """Estimated entries of each scan: an index scan's from inner nodes only (no leaf
+        is read); a trigram scan's is the exact posting count of its rarest trigram,
+        whose edge leaves hold the postings the scan reads next (small terms share a
+        leaf with many others, so half a leaf would be no estimate at all)."""
         readers, owners = [], []
         for n, scan in enumerate(scans):
             tree = self.view.tree(scan.tree)
-            for lo, hi in scan.ranges:
-                readers.append(tree.count_reader(lo, hi, exact=False))
+            trigrams = isinstance(scan, TrigramScan)
+            if trigrams:
+                ranges = [(k, key_after(k)) for k in map(encode_key, scan.predicate.terms)]
+            else:
+                ranges = scan.ranges
+            for lo, hi in ranges:
+                readers.append(tree.count_reader(lo, hi, exact=trigrams))
                 owners.append(n)
-        totals = [0] * len(scans)
+        totals: list[int | None] = [None] * len(scans)
         for n, count in zip(owners, self.view.run(readers)):
-            totals[n] += count
-        return totals
+            if isinstance(scans[n], TrigramScan):
+                totals[n] = count if totals[n] is None else min(totals[n], count)
+            else:
+                totals[n] = (totals[n] or 0) + count
+        return [total or 0 for total in totals]
 
     # -- counting ------------------------------------------------------------------------
 
@@ -225,7 +236,7 @@ class Executor:
         the postings of the trigrams covering the needle, rarest first, each narrowing
         the documents down, then their positions checked."""
         parts = scan.predicate.parts
-        terms = sorted({trigram for _, trigram in parts})
+        terms = scan.predicate.terms
         tree = self.view.tree(scan.tree)
         found = yield from tree.terms_reader([encode_key(t) for t in terms])
         docs, postings = _narrowed(dict(zip(terms, found)))

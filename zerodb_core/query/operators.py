@@ -346,6 +346,7 @@ class Substring(Predicate):
         last = len(needle) - 3
         offsets = sorted({*range(0, last + 1, 3), last}) if last >= 0 else []
         self.parts = [(offset, needle[offset : offset + 3]) for offset in offsets]
+        self.terms = sorted({trigram for _, trigram in self.parts})
 
     def test(self, value: Any) -> bool:
         return isinstance(value, str) and self.needle in fold(value)
