@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from zerodb_core.btree import Run
+from tests.core.test_round_trips import FetchLog, tree_ids
 from zerodb_core.models import Field, Model, Trigram
 from zerodb_core.query import Substring
 from zerodb_core.query.planner import TrigramScan, plan
@@ -83,21 +83,13 @@ def test_count_of_a_trigram_scan_reads_no_record(make_db):
         writer.add(*(Note(title=str(n), body=f"entry {n} of the log") for n in range(300)))
     writer.add(Note(title="rare", body="a quokka was here"))
     db = make_db(store)  # a cold cache: every node read is fetched
-    fetched: list[bytes] = []
-    get = db.transport._get_blobs
-
-    def logged(database, ids):
-        fetched.extend(ids)
-        return get(database, ids)
-
-    db.transport._get_blobs = logged
+    fetched = FetchLog(db).ids
     query = Substring("body", "quokka")
     assert db[Note].query(query).count() == 1  # Django's count() is this one
     counted = set(fetched)
     assert [n.title for n in db[Note].query(query)] == ["rare"]
     listed = set(fetched) - counted
-    view = db.current_view()
-    records = set().union(*view.run([Run(r).node_ids_reader() for r in view.runs["r/Note"]]))
+    records = tree_ids(db, "r/Note")
     assert counted and not counted & records
     assert listed & records  # listing them does read records
 

@@ -22,6 +22,7 @@ import random
 import pytest
 from django.db import connections
 
+from tests.core.test_round_trips import FetchLog, tree_ids
 from tests.django.conftest import transactional_db
 from tests.django.testapp.models import Contact
 
@@ -75,14 +76,6 @@ def cost(alias: str, run) -> tuple[object, dict]:
     return result, {k: after[k] - before[k] for k in ("round_trips", "bytes_received")}
 
 
-def record_nodes(alias: str) -> set[bytes]:
-    from zerodb_core.btree import Run
-
-    view = engine(alias).current_view()
-    runs = view.runs["r/testapp_contact"]
-    return set().union(*view.run([Run(run).node_ids_reader() for run in runs]))
-
-
 @pytest.fixture
 def alias():
     from django_zerodb.routers import encrypted_alias
@@ -127,14 +120,7 @@ def test_icontains_count_reads_no_record(alias):
     rows = load(alias, SMALL)
     db = engine(alias)
     db.cache.clear()
-    fetched: list[bytes] = []
-    get = db.transport._get_blobs
-
-    def logged(database, ids):
-        fetched.extend(ids)
-        return get(database, ids)
-
-    db.transport._get_blobs = logged
+    fetched = FetchLog(db).ids
     try:
         count = Contact.objects.filter(bio__icontains=RARE).count()
         counted = set(fetched)
@@ -142,6 +128,6 @@ def test_icontains_count_reads_no_record(alias):
     finally:
         del db.transport._get_blobs
     assert count == listed == sum(RARE in row["bio"].lower() for row in rows)
-    records = record_nodes(alias)
+    records = tree_ids(db, "r/testapp_contact")
     assert counted and not counted & records
     assert set(fetched) & records  # reading the rows does fetch records
