@@ -19,7 +19,9 @@ that column like any other:
 A record keeps only the derived columns its model declares: the others are dropped on
 every write, so an index a migration removed leaves no value behind to collide with.
 The values are encrypted with the record: they cost bytes (a lowered name once more),
-never confidentiality.
+never confidentiality. Which derived columns a model has is read from its indexes and
+constraints in ``indexes.py`` (``Derived``, ``model_derived``); this module computes
+them on writes and plans queries with them.
 """
 
 from __future__ import annotations
@@ -27,62 +29,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from hashlib import blake2b
 from typing import Any
 
 from django.core.exceptions import FieldError
 from django.db import models
 from django.db.models import Lookup
-from django.db.models.expressions import Col, OrderBy
+from django.db.models.expressions import Col
 from django.db.models.sql.query import Query
 
+from django_zerodb.evaluate import Evaluator
 from django_zerodb.exceptions import NotSupportedError
+from django_zerodb.indexes import is_derived, model_derived
+from django_zerodb.translate import build_operator, conjuncts, direct_lookup
 
-PREFIX = "~"
-
-
-@dataclass(frozen=True, slots=True)
-class Derived:
-    """One computed value an index needs: its hidden column, the expression and the
-    condition (None: always), unresolved as the model declares them."""
-
-    column: str
-    expression: Any
-    condition: Any
-
-    @property
-    def plain(self) -> str | None:
-        """The field a partial index's column copies (``fields=["email"]``), else None."""
-        expression = self.expression
-        return expression.name if type(expression) is models.F else None
-
-
-def derived(expression: Any, condition: Any) -> Derived:
-    """The derived column of ``expression`` (an ``F`` for a plain field) under
-    ``condition``; an ordering (``Lower("x").desc()``) indexes its expression."""
-    if isinstance(expression, OrderBy):
-        expression = expression.expression
-    if isinstance(expression, str):
-        expression = models.F(expression)
-    digest = blake2b(f"{expression!r}|{condition!r}".encode(), digest_size=5).hexdigest()
-    return Derived(PREFIX + digest, expression, condition)
-
-
-def is_derived(column: str) -> bool:
-    return column.startswith(PREFIX)
-
-
-def model_derived(model: type[models.Model]) -> tuple[Derived, ...]:
-    """Every derived column the indexes and unique constraints of ``model`` need."""
-    from django_zerodb.indexes import index_parts  # indexes.py names them, we compute
-
-    found: dict[str, Derived] = {}
-    opts = model._meta
-    for item in (*opts.indexes, *opts.constraints):
-        for part in index_parts(model, item):
-            if isinstance(part, Derived):
-                found[part.column] = part
-    return tuple(found.values())
+__all__ = ["add_derived", "deriver", "is_derived", "served", "served_column"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +96,6 @@ def add_derived(
 def deriver(connection: Any, model: type[models.Model], keep: frozenset | None = None):
     """``change(fields) -> fields`` setting the derived columns of one stored record, for
     a migration's rewrite of every record (``schema.RewriteRecords``)."""
-    from django_zerodb.evaluate import Evaluator
 
     def no_subquery(query: Any) -> Any:
         raise NotSupportedError("subqueries are not supported in index expressions")
@@ -164,8 +123,6 @@ def served(model: Any, term: Any, terms: list, ev: Any) -> Any:
       inferred): there the derived column equals ``x``. Only comparisons that a NULL
       never satisfies, since the column is NULL outside the condition.
     """
-    from django_zerodb.translate import build_operator, direct_lookup
-
     if model is None or not isinstance(term, Lookup) or not direct_lookup(term):
         return None
     name = term.lookup_name
@@ -184,17 +141,11 @@ def served(model: Any, term: Any, terms: list, ev: Any) -> Any:
         return None
     for column, field_column, where in partial_columns(model):
         if field_column == lhs.target.column and all(
-            any(c == t for t in terms) for c in _conjuncts(where)
+            any(c == t for t in terms) for c in conjuncts(where)
         ):
             value = ev.rhs(term, {})
             return build_operator(name, column, value) if value is not None else None
     return None
-
-
-def _conjuncts(where: Any) -> list:
-    from django_zerodb.translate import conjuncts
-
-    return conjuncts(where)
 
 
 def served_column(model: type[models.Model], lhs: Any) -> str | None:

@@ -13,14 +13,57 @@ changed.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
 
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
 from django.db.models.expressions import OrderBy
 
-from django_zerodb.derived import Derived, derived
 from django_zerodb.exceptions import NotSupportedError
 from zerodb_core.schema import FIELD, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
+
+# Derived columns (functional and partial indexes, django_zerodb/derived.py): a record
+# column named PREFIX + a digest of the expression and condition.
+PREFIX = "~"
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """One computed value an index needs: its hidden column, the expression and the
+    condition (None: always), unresolved as the model declares them."""
+
+    column: str
+    expression: Any
+    condition: Any
+
+
+def derived(expression: Any, condition: Any) -> Derived:
+    """The derived column of ``expression`` (an ``F`` for a plain field) under
+    ``condition``; an ordering (``Lower("x").desc()``) indexes its expression."""
+    if isinstance(expression, OrderBy):
+        expression = expression.expression
+    if isinstance(expression, str):
+        expression = models.F(expression)
+    digest = blake2b(f"{expression!r}|{condition!r}".encode(), digest_size=5).hexdigest()
+    return Derived(PREFIX + digest, expression, condition)
+
+
+def is_derived(column: str) -> bool:
+    """Whether a record column is a derived one (``derived.py``)."""
+    return column.startswith(PREFIX)
+
+
+def model_derived(model: type[models.Model]) -> tuple[Derived, ...]:
+    """Every derived column the indexes and unique constraints of ``model`` need."""
+    found: dict[str, Derived] = {}
+    opts = model._meta
+    for item in (*opts.indexes, *opts.constraints):
+        for part in index_parts(model, item):
+            if isinstance(part, Derived):
+                found[part.column] = part
+    return tuple(found.values())
 
 
 class TextIndex(models.Index):

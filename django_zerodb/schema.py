@@ -14,12 +14,15 @@ from typing import Any
 
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-from django_zerodb.derived import Derived, deriver, is_derived, model_derived
+from django_zerodb.derived import deriver
 from django_zerodb.exceptions import NotSupportedError, translated
 from django_zerodb.indexes import (
+    Derived,
     field_indexes,
     index_parts,
+    is_derived,
     meta_index,
+    model_derived,
     model_spec,
     unique_constraint,
 )

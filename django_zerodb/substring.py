@@ -36,6 +36,7 @@ from django.db.models import CharField, Lookup, TextField
 from django.db.models.expressions import Col
 
 from django_zerodb.evaluate import lookup_test
+from django_zerodb.indexes import TrigramIndex
 from django_zerodb.translate import direct_lookup
 from zerodb_core.query.operators import And, Expr, Match, Substring
 from zerodb_core.text import fold
@@ -50,8 +51,6 @@ IREGEX_SAFE = frozenset(string.digits + string.punctuation + " ") | frozenset(
 
 def trigram_fields(model: Any) -> frozenset[str]:
     """The columns of ``model`` with a ``TrigramIndex``."""
-    from django_zerodb.indexes import TrigramIndex
-
     if model is None:
         return frozenset()
     opts = model._meta
