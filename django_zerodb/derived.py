@@ -37,7 +37,7 @@ from django.db.models import Lookup
 from django.db.models.expressions import Col
 from django.db.models.sql.query import Query
 
-from django_zerodb.evaluate import Evaluator
+from django_zerodb.evaluate import Evaluator, lookup_kind
 from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.indexes import is_derived, model_derived
 from django_zerodb.translate import build_operator, conjuncts, direct_lookup
@@ -125,7 +125,7 @@ def served(model: Any, term: Any, terms: list, ev: Any) -> Any:
     """
     if model is None or not isinstance(term, Lookup) or not direct_lookup(term):
         return None
-    name = term.lookup_name
+    name = lookup_kind(term)  # the builtin lookup it is (a str: direct_lookup)
     lhs = term.lhs
     if not isinstance(lhs, Col):
         column = served_column(model, lhs)

@@ -35,7 +35,7 @@ from typing import Any
 from django.db.models import CharField, Lookup, TextField
 from django.db.models.expressions import Col
 
-from django_zerodb.evaluate import lookup_test
+from django_zerodb.evaluate import lookup_kind, lookup_test
 from django_zerodb.indexes import TrigramIndex
 from django_zerodb.translate import direct_lookup
 from zerodb_core.query.operators import And, Expr, Match, Substring
@@ -73,7 +73,7 @@ def trigram_served(model: Any, term: Any, ev: Any) -> Expr | None:
     column = lhs.target.column
     if column not in trigram_fields(model):
         return None
-    name = term.lookup_name
+    name = lookup_kind(term)  # the builtin lookup it is (a str: direct_lookup)
     value = ev.rhs(term, {})
     if not isinstance(value, str):
         return None
