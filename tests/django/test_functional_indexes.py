@@ -214,3 +214,19 @@ def test_ordering_by_an_indexed_expression_reads_the_index(scratch):
     )
     assert descending == [pk for pk, _ in reversed(expected)]
     assert len(unindexed) == len(expected)
+
+
+def test_conditional_unique_constraint_on_an_expression(scratch):
+    alias = scratch
+    state = person_state(alias)
+    unique = models.UniqueConstraint(
+        Lower("email"), condition=Q(active=True), name="active_email_ci"
+    )
+    state = apply(alias, state, migrations.AddConstraint("Person", unique))
+    Person = person(state)
+    Person.objects.create(email="ANN@x.org", active=False)  # outside the condition
+    with pytest.raises(IntegrityError), transaction.atomic(using=alias):
+        Person.objects.create(email="ANN@X.org", active=True)
+    Person.objects.filter(email="ann@x.org").update(active=False)
+    Person.objects.create(email="ANN@X.org", active=True)  # the old one left it
+    assert Person.objects.filter(email__iexact="ann@x.org").count() == 3
