@@ -41,7 +41,7 @@ def make_rows(count: int, seed: int) -> list[dict]:
     rows = []
     for i in range(count):
         words = [rng.choice(WORDS) for _ in range(rng.randint(8, 20))]
-        if i % 200 == 7:
+        if i % 400 == 7:  # one row in 400
             words.insert(rng.randrange(len(words)), RARE.capitalize())
         rows.append(
             {
