@@ -85,6 +85,23 @@ def _progress(total: int, label: str):
     )
 
 
+class BuildProgress:
+    """``progress(done, total)`` of an index build (``EnsureModel``) as a tqdm bar, made
+    when the build first reports (only then is the number of records known)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = _progress(total, self.label)
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.bar.close()
+            self.bar = None  # a replayed build starts a new bar
+
+
 def _derives(model, item) -> bool:
     """Whether an index or constraint keys on derived columns."""
     return any(isinstance(p, Derived) for p in index_parts(model, item))
@@ -275,10 +292,17 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
         change = deriver(self.connection, model, keep)
         return [RewriteRecords(model._meta.db_table, change, "computing index expressions")]
 
+    def _build(self, model, specs: list, label: str) -> EnsureModel:
+        """Add ``specs`` to the model's catalog entry, built with a progress bar."""
+        table = model._meta.db_table
+        return EnsureModel(
+            ModelSpec(table, {s.name: s for s in specs}),
+            BuildProgress(f"{table}: building {label}"),
+        )
+
     def add_index(self, model, index) -> None:
-        specs = meta_index(model, index)
         ops = self._derive(model) if _derives(model, index) else []
-        self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {s.name: s for s in specs})))
+        self._apply(*ops, self._build(model, meta_index(model, index), index.name))
 
     def remove_index(self, model, index) -> None:
         table = model._meta.db_table
@@ -293,7 +317,7 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
         spec = unique_constraint(model, constraint)
         if spec is not None:
             ops = self._derive(model) if _derives(model, constraint) else []
-            self._apply(*ops, EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+            self._apply(*ops, self._build(model, [spec], constraint.name))
 
     def remove_constraint(self, model, constraint) -> None:
         spec = unique_constraint(model, constraint)

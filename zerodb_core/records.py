@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain, islice
 from operator import itemgetter, lt
@@ -32,6 +32,9 @@ from zerodb_core.text import tokenize, trigrams
 if TYPE_CHECKING:
     from zerodb_core.lsm import LogTree
     from zerodb_core.transaction import View
+
+# An index build reports its progress every this many records.
+BUILD_STEP = 2000
 
 # Records larger than this get a blob of their own instead of a place in a leaf.
 SPILL_BYTES = 4096
@@ -509,12 +512,18 @@ class Table:
                     tree.delete(key, value)
         return old
 
-    def build_index(self, index: IndexSpec) -> int:
-        """Fill a new index from every record; return how many records were indexed."""
+    def build_index(
+        self, index: IndexSpec, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Fill a new index from every record; return how many records were indexed.
+        ``progress(done, total)`` is told every ``BUILD_STEP`` records (a migration's
+        progress bar)."""
         tree = self.index_tree(index)
         rows = self.view.run([self.scan_reader()])[0]
         entries: dict[bytes, bytes] = {}
-        for pk, fields in rows:
+        for done, (pk, fields) in enumerate(rows):
+            if progress is not None and done % BUILD_STEP == 0:
+                progress(done, len(rows))
             if index.kind in POSTINGS:
                 postings, length = text_entries(index, pk, encode_key(pk), fields)
                 entries.update(postings)
@@ -528,6 +537,8 @@ class Table:
                 entries[key] = value
         keys = sorted(entries)
         tree.put_new(keys, [entries[key] for key in keys])
+        if progress is not None:
+            progress(len(rows), len(rows))
         return len(rows)
 
 

@@ -11,6 +11,7 @@ failing. Replaying re-checks unique indexes against the newer data.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -208,6 +209,8 @@ class EnsureModel(WriteOp):
     records already there). Indexes the catalog has and ``spec`` lacks are kept."""
 
     spec: ModelSpec
+    # Told ``(records done, records)`` while an index is built (a progress bar).
+    progress: Callable[[int, int], None] | None = None
 
     def apply(self, txn: Transaction) -> Any:
         current = txn.catalog.get(self.spec.name) or ModelSpec(self.spec.name)
@@ -224,7 +227,7 @@ class EnsureModel(WriteOp):
                 )
             current = current.with_index(index)
             txn.catalog = txn.catalog.with_model(current)
-            added += Table(txn, current).build_index(index)
+            added += Table(txn, current).build_index(index, self.progress)
         if txn.catalog.get(self.spec.name) is None:
             txn.catalog = txn.catalog.with_model(current)
         return added

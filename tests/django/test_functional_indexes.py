@@ -16,6 +16,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower, Upper
 
 from django_zerodb.derived import is_derived
+from django_zerodb.indexes import TrigramIndex
 from tests.django.conftest import BOTH_STORES, db
 from tests.django.test_migrations import APP, apply, indexes, records
 
@@ -230,3 +231,27 @@ def test_conditional_unique_constraint_on_an_expression(scratch):
     Person.objects.filter(email="ann@x.org").update(active=False)
     Person.objects.create(email="ANN@X.org", active=True)  # the old one left it
     assert Person.objects.filter(email__iexact="ann@x.org").count() == 3
+
+
+def test_index_builds_report_their_progress(scratch, monkeypatch):
+    """A migration's index build tells its progress bar about every record."""
+    from django_zerodb import schema
+
+    reports: list[tuple[int, int]] = []
+
+    class Bar:
+        def __init__(self, total, label):
+            self.n, self.total = 0, total
+
+        def update(self, n):
+            self.n += n
+            reports.append((self.n, self.total))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(schema, "_progress", Bar)
+    alias = scratch
+    state = person_state(alias)
+    apply(alias, state, migrations.AddIndex("Person", TrigramIndex(fields=["last"], name="t")))
+    assert reports and reports[-1] == (len(PEOPLE), len(PEOPLE))
