@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 
+from django_zerodb.derived import deriver
+from django_zerodb.indexes import model_derived
 from django_zerodb.management.utils import (
     add_database_argument,
     add_progress_argument,
@@ -13,6 +16,7 @@ from django_zerodb.management.utils import (
     model_labels,
     progress_bar,
 )
+from django_zerodb.schema import RewriteRecords
 from zerodb_core.schema import ModelSpec
 from zerodb_core.transaction import DropIndex, EnsureModel
 
@@ -23,8 +27,10 @@ class Command(BaseCommand):
         "with --all): every index the database's catalog lists for them is dropped and "
         "built again from the records, all in ONE transaction (readers see the old indexes "
         "until it commits; a concurrent commit makes it replay on the newer data). Use it "
-        "when zerodb_verify reports index problems. A unique index whose records hold a "
-        "duplicate value cannot be rebuilt: the command fails and nothing changes."
+        "when zerodb_verify reports index problems. The values functional and partial "
+        "indexes keep in the records are computed again first, from the installed model. "
+        "A unique index whose records hold a duplicate value cannot be rebuilt: the "
+        "command fails and nothing changes."
     )
 
     def add_arguments(self, parser) -> None:
@@ -46,6 +52,7 @@ class Command(BaseCommand):
         connection = encrypted_connection(options["database"])
         session = connection.session
         labels = model_labels()
+        models = {m._meta.db_table: m for m in apps.get_models()}
         with command_errors(f"reindexing {connection.alias!r}"), session.writing() as txn:
             catalog = txn.catalog
             names = sorted(catalog.models) if options["all"] else None
@@ -59,6 +66,10 @@ class Command(BaseCommand):
             ) as bar:
                 for spec in specs:
                     records = 0
+                    model = models.get(spec.name)
+                    if model is not None and model_derived(model):
+                        change = deriver(connection, model)
+                        txn.apply(RewriteRecords(spec.name, change, "computing index values"))
                     for index in spec.indexes.values():
                         txn.apply(DropIndex(spec.name, index.name))
                         records = txn.apply(EnsureModel(ModelSpec(spec.name, {index.name: index})))
