@@ -22,6 +22,7 @@ from django.db.transaction import TransactionManagementError
 from django_zerodb import generated
 from django_zerodb.casts import assigned
 from django_zerodb.constraints import check_not_null, check_record_writes
+from django_zerodb.derived import add_derived
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery, refuse_composite_pk
@@ -136,6 +137,7 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
                     )
             generated.fill(ev, self.query.model, rows)
             check_record_writes(self.query.model, ev, fields, rows)
+            add_derived(self.query.model, ev, rows)
             with session.writing() as txn:
                 txn.apply(
                     PutRecords(
@@ -197,7 +199,9 @@ class UpdateWhere(WriteOp):
             changed.append((pk, new))
         generated.fill(select.ev, select.query.model, [r for _, r in changed])
         fields = [f for f, _ in self.values]
-        check_record_writes(select.query.model, select.ev, fields, [r for _, r in changed])
+        records = [r for _, r in changed]
+        check_record_writes(select.query.model, select.ev, fields, records)
+        add_derived(select.query.model, select.ev, records)
         txn.writable_table(select.table).put_many(changed)
         return len(changed)
 

@@ -75,8 +75,10 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_table_check_constraints = True
     supports_column_check_constraints = True
     can_introspect_check_constraints = False
-    supports_expression_indexes = False
-    supports_partial_indexes = False
+    # Kept as derived columns of the records (derived.py).
+    supports_expression_indexes = True
+    supports_partial_indexes = True
+    supports_functions_in_partial_indexes = True
     supports_covering_indexes = False
     supports_deferrable_unique_constraints = False
     supports_index_on_text_field = True

@@ -30,6 +30,7 @@ from django.db.models.sql.where import AND, NothingNode, WhereNode
 
 from django_zerodb import combined, windows
 from django_zerodb.affinity import coercions, join_coercions
+from django_zerodb.derived import served, served_column
 from django_zerodb.evaluate import (
     AGGREGATES,
     ANNOTATIONS,
@@ -41,6 +42,7 @@ from django_zerodb.exceptions import NotSupportedError
 from django_zerodb.jsonvalues import exported, scalar, sortable
 from django_zerodb.registry import AGGREGATES as AGGREGATE_FUNCTIONS
 from django_zerodb.registry import own_sql, unsupported
+from django_zerodb.substring import trigram_served
 from django_zerodb.translate import (
     Never,
     aliases_of,
@@ -193,12 +195,14 @@ class SelectQuery:
         chain = self._inner_chain(joins)
         restrict: dict[str, list[Expr]] = defaultdict(list)
         residual = []
-        for term in conjuncts(self.where):
+        terms = conjuncts(self.where)
+        for term in terms:
             aliases = aliases_of(term)
             if not aliases:
                 aliases = {self.base_alias}
             if len(aliases) == 1 and (alias := next(iter(aliases))) in chain:
-                restrict[alias].append(pushdown(term, alias, self.ev))
+                serve = self._serve(terms) if alias == self.base_alias else None
+                restrict[alias].append(pushdown(term, alias, self.ev, serve=serve))
             else:
                 residual.append(term)
         # Semi-joins, deepest first: rows of a restricted INNER-joined table restrict the
@@ -221,6 +225,17 @@ class SelectQuery:
             restrict[join.parent_alias].append(Any_(parent_col, _sorted(values)))
         self.joins, self.by_alias = joins, by_alias
         self.restrict, self.residual = restrict, residual
+
+    def _serve(self, terms: list) -> Any:
+        """How lookups on the base table may be served by indexes of computed values: a
+        ``Lower``/expression index or an implied partial index (``derived.served``, with
+        the query's top-level conjuncts), else a trigram index."""
+        model, ev = self.query.model, self.ev
+
+        def serve(lookup: Any) -> Expr | None:
+            return served(model, lookup, terms, ev) or trigram_served(model, lookup, ev)
+
+        return serve
 
     # -- reading tables --------------------------------------------------------------------
 
@@ -467,11 +482,17 @@ class SelectQuery:
         keys = []
         for order in self.order_by:
             expr = order.expression
-            if not isinstance(expr, Col) or expr.alias != self.base_alias:
-                return None
             if order.nulls_first or order.nulls_last:
                 return None
-            keys.append((expr.target.column, order.descending))
+            if isinstance(expr, Col) and expr.alias == self.base_alias:
+                keys.append((expr.target.column, order.descending))
+                continue
+            # An expression an index keeps (order_by(Lower("last_name"))): its column.
+            on_base = {c.alias for c in expr.flatten() if isinstance(c, Col)} == {self.base_alias}
+            column = served_column(self.query.model, expr) if on_base else None
+            if column is None:
+                return None
+            keys.append((column, order.descending))
         column, desc = keys[0]
         if any(d != desc for _, d in keys[1:]):
             return None

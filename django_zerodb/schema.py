@@ -15,10 +15,15 @@ from typing import Any
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 from django_zerodb import generated
+from django_zerodb.derived import deriver
 from django_zerodb.exceptions import NotSupportedError, translated
 from django_zerodb.indexes import (
+    Derived,
     field_indexes,
+    index_parts,
+    is_derived,
     meta_index,
+    model_derived,
     model_spec,
     unique_constraint,
 )
@@ -79,6 +84,28 @@ def _progress(total: int, label: str):
         unit="rec",
         disable=total < REWRITE_BATCH or not sys.stderr.isatty(),
     )
+
+
+class BuildProgress:
+    """``progress(done, total)`` of an index build (``EnsureModel``) as a tqdm bar, made
+    when the build first reports (only then is the number of records known)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = _progress(total, self.label)
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.bar.close()
+            self.bar = None  # a replayed build starts a new bar
+
+
+def _derives(model, item) -> bool:
+    """Whether an index or constraint keys on derived columns."""
+    return any(isinstance(p, Derived) for p in index_parts(model, item))
 
 
 def empty_tables(connection, tables: list[str]) -> None:
@@ -178,7 +205,10 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
         else:
             ops = []
         # AddField passes the model before the change; the field's model has it.
-        self._apply(*ops, EnsureModel(model_spec(getattr(field, "model", None) or model)))
+        after = getattr(field, "model", None) or model
+        if default is not None:
+            ops.extend(self._derive(after))
+        self._apply(*ops, EnsureModel(model_spec(after)))
 
     def remove_field(self, model, field) -> None:
         if field.many_to_many:
@@ -235,7 +265,11 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
             )
         # AlterField and RenameField pass the model before the change; the new field's
         # model is the one after it.
-        ops.append(EnsureModel(model_spec(getattr(new_field, "model", None) or model)))
+        after = getattr(new_field, "model", None) or model
+        for spec in self._derived_indexes(table):
+            ops.append(DropIndex(table, spec.name))  # computed from the field as it was
+        ops.extend(self._derive(after))
+        ops.append(EnsureModel(model_spec(after)))
         self._apply(*ops)
 
     def _indexes_on(self, table: str, column: str) -> list:
@@ -246,12 +280,50 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
 
     # -- indexes and constraints -----------------------------------------------------------
 
+    def _derived_indexes(self, table: str) -> list:
+        """The catalog's indexes on derived columns of ``table``."""
+        spec = self.connection.session.view().catalog.get(table)
+        if spec is None:
+            return []
+        return [i for i in spec.indexes.values() if any(map(is_derived, i.fields))]
+
+    def _derive(self, model, without=None) -> list[WriteOp]:
+        """Rewrite every record's derived columns (functional and partial indexes) as
+        ``model`` declares them, less those only ``without`` (an index or constraint
+        being removed) needs; nothing when the model has none and the records none."""
+        wanted = model_derived(model)
+        if without is not None:
+            others = {
+                p.column
+                for item in (*model._meta.indexes, *model._meta.constraints)
+                if item.name != without.name
+                for p in index_parts(model, item)
+                if isinstance(p, Derived)
+            }
+            wanted = tuple(p for p in wanted if p.column in others)
+        if not wanted and not self._derived_indexes(model._meta.db_table) and without is None:
+            return []
+        keep = frozenset(p.column for p in wanted)
+        change = deriver(self.connection, model, keep)
+        return [RewriteRecords(model._meta.db_table, change, "computing index expressions")]
+
+    def _build(self, model, specs: list, label: str) -> EnsureModel:
+        """Add ``specs`` to the model's catalog entry, built with a progress bar."""
+        table = model._meta.db_table
+        return EnsureModel(
+            ModelSpec(table, {s.name: s for s in specs}),
+            BuildProgress(f"{table}: building {label}"),
+        )
+
     def add_index(self, model, index) -> None:
-        spec = meta_index(model, index)
-        self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+        ops = self._derive(model) if _derives(model, index) else []
+        self._apply(*ops, self._build(model, meta_index(model, index), index.name))
 
     def remove_index(self, model, index) -> None:
-        self._apply(DropIndex(model._meta.db_table, meta_index(model, index).name))
+        table = model._meta.db_table
+        ops = self._derive(model, without=index) if _derives(model, index) else []
+        drops = [DropIndex(table, spec.name) for spec in meta_index(model, index)]
+        self._apply(*drops, *ops)
 
     def rename_index(self, model, old_index, new_index) -> None:
         pass  # index names in the catalog come from the columns, not from Django's names
@@ -259,12 +331,14 @@ class DatabaseSchemaEditor(BaseDatabaseSchemaEditor):
     def add_constraint(self, model, constraint) -> None:
         spec = unique_constraint(model, constraint)
         if spec is not None:
-            self._apply(EnsureModel(ModelSpec(model._meta.db_table, {spec.name: spec})))
+            ops = self._derive(model) if _derives(model, constraint) else []
+            self._apply(*ops, self._build(model, [spec], constraint.name))
 
     def remove_constraint(self, model, constraint) -> None:
         spec = unique_constraint(model, constraint)
         if spec is not None:
-            self._apply(DropIndex(model._meta.db_table, spec.name))
+            ops = self._derive(model, without=constraint) if _derives(model, constraint) else []
+            self._apply(DropIndex(model._meta.db_table, spec.name), *ops)
 
     def alter_unique_together(self, model, old_unique_together, new_unique_together) -> None:
         self._realign(model)

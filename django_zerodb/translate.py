@@ -11,6 +11,7 @@ anything else becomes a check on the decrypted record (``RowCondition``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import CharField, Lookup, TextField
@@ -166,16 +167,26 @@ def aliases_of(node: Any) -> set[str]:
     return {alias for alias, _ in columns_of(node)}
 
 
-def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Expr:
+def pushdown(
+    node: Any,
+    alias: str,
+    ev: Evaluator,
+    negated: bool = False,
+    serve: Callable[[Any], Expr | None] | None = None,
+) -> Expr:
     """The engine expression meaning ``node is True`` (``is False`` when ``negated``) on
-    records of ``alias``; the caller checked that ``node`` reads no other alias."""
+    records of ``alias``; the caller checked that ``node`` reads no other alias.
+
+    ``serve(lookup)`` may give, for a lookup that is not negated, an expression of the
+    same meaning that an index of a computed value serves (``derived.served``,
+    ``substring.trigram_served``); None leaves the lookup as translated here."""
     if isinstance(node, NothingNode):
         return Never() if not negated else _always()
     if isinstance(node, WhereNode):
         neg = negated != node.negated
         if node.connector not in (AND, OR):  # XOR: truth() applies node.negated itself
             return _row(node, alias, negated, ev)
-        parts = [pushdown(child, alias, ev, neg) for child in node.children]
+        parts = [pushdown(child, alias, ev, neg, serve) for child in node.children]
         if not parts:
             return _always() if node.connector == AND and not neg else Never()
         conjunctive = (node.connector == AND) != neg
@@ -183,7 +194,8 @@ def pushdown(node: Any, alias: str, ev: Evaluator, negated: bool = False) -> Exp
             return parts[0]
         return And(*parts) if conjunctive else Or(*parts)
     if isinstance(node, Lookup):
-        return _lookup(node, alias, ev, negated)
+        served = serve(node) if serve is not None and not negated else None
+        return served if served is not None else _lookup(node, alias, ev, negated)
     return _row(node, alias, negated, ev)
 
 
@@ -194,6 +206,29 @@ def _always() -> Expr:
 def _row(node: Any, alias: str, negated: bool, ev: Evaluator) -> Expr:
     columns = {column for _, column in columns_of(node)}
     return RowCondition(node, alias, columns, ev, negated)
+
+
+def direct_lookup(lookup: Any) -> bool:
+    """Whether a lookup compares with constants: no expression, no subquery, no
+    bilateral transform, a builtin lookup (a user's is evaluated in Python)."""
+    rhs = lookup.rhs
+    direct = not (hasattr(rhs, "resolve_expression") or hasattr(rhs, "as_sql"))
+    if isinstance(rhs, list | tuple):
+        direct = direct and not any(hasattr(v, "resolve_expression") for v in rhs)
+    return (
+        direct
+        and isinstance(lookup_kind(lookup), str)
+        and not isinstance(rhs, Query)
+        and not getattr(lookup, "bilateral_transforms", None)
+    )
+
+
+def build_operator(name: str, column: str, value: Any) -> Expr | None:
+    """The index-servable operator for ``column <name> value``, if there is one."""
+    try:
+        return _operator(name, column, value, False)
+    except (QueryError, ValueError):
+        return None
 
 
 def _lookup(lookup: Any, alias: str, ev: Evaluator, negated: bool) -> Expr:

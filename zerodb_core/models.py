@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.schema import FIELD, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
 
 
 class Field:
@@ -49,7 +49,13 @@ class Text(Field):
         super().__init__()
 
     def index_spec(self) -> IndexSpec:
-        return IndexSpec(self.name, TEXT, (self.name,))
+        return IndexSpec(self.name, self.kind, (self.name,))
+
+
+class Trigram(Text):
+    """A text attribute with a trigram index (``Substring`` queries, in any case)."""
+
+    kind = TRIGRAM
 
 
 class Model:

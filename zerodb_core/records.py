@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain, islice
 from operator import itemgetter, lt
@@ -25,13 +25,16 @@ from zerodb_core.btree import Reader
 from zerodb_core.crypto import BlobKind
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError, QueryError, UniqueViolation
-from zerodb_core.schema import FIELD, TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.schema import FIELD, POSTINGS, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
 from zerodb_core.serialization import pack, unpack
-from zerodb_core.text import tokenize
+from zerodb_core.text import tokenize, trigrams
 
 if TYPE_CHECKING:
     from zerodb_core.lsm import LogTree
     from zerodb_core.transaction import View
+
+# An index build reports its progress every this many records.
+BUILD_STEP = 2000
 
 # Records larger than this get a blob of their own instead of a place in a leaf.
 SPILL_BYTES = 4096
@@ -67,7 +70,7 @@ def spilled_value_ids(values: Iterable[bytes]) -> list[bytes]:
 def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dict[bytes, Any]:
     """Return the ``{key: value}`` entries ``index`` keeps for one record (values are
     bytes, or postings for a full-text index)."""
-    if index.kind == TEXT:
+    if index.kind in POSTINGS:
         return text_entries(index, pk, pk_key, fields)[0]
     key, with_pk = _field_key(index, fields)
     return {key + pk_key if with_pk else key: pack(pk)}
@@ -77,7 +80,7 @@ def filtered(index: IndexSpec) -> bool:
     """Whether runs of ``index`` keep a Bloom filter of its values: ordered indexes of one
     field, whose lookups by value (equality, ``in``, unique probes) name the part of the
     key before the pk exactly."""
-    return index.kind != TEXT and len(index.fields) == 1
+    return index.kind not in POSTINGS and len(index.fields) == 1
 
 
 def value_prefixes(index: IndexSpec, keys: Iterable[bytes], values: Iterable[bytes]):
@@ -117,12 +120,13 @@ def text_entries(
 
     A posting is ``term key + pk key -> (term key, pk, document length, positions)``:
     everything ranking and phrase matching need, without reading the record (the index
-    stores them in blocks, :mod:`zerodb_core.btree.blocks`).
+    stores them in blocks, :mod:`zerodb_core.btree.blocks`). The tokens of a trigram
+    index are the trigrams of the folded text, at their character offsets.
     """
     text = fields.get(index.fields[0]) if fields is not None else None
     if not isinstance(text, str):
         return {}, 0
-    tokens = tokenize(text)
+    tokens = TOKENS[index.kind](text)
     n = len(tokens)
     postings = {}
     for term, where in term_positions(tokens).items():
@@ -166,6 +170,9 @@ def _term_key(term: str) -> bytes:
     """The key prefix of a term; vocabularies are small next to their use, so keep them."""
     return encode_key(term)
 
+
+# The tokens each kind of posting index keeps of a text.
+TOKENS = {TEXT: tokenize, TRIGRAM: trigrams}
 
 # Types whose equal values have equal keys and which no value of another type equals.
 _SAME = (str, int)
@@ -306,7 +313,7 @@ class Table:
         plans = [
             (
                 change,
-                _TEXT if change.kind == TEXT else _ONE_FIELD if change.one_field else _OTHER,
+                _TEXT if change.kind in POSTINGS else _ONE_FIELD if change.one_field else _OTHER,
                 change.field,
                 change.groups,
                 change.prefixes,
@@ -368,7 +375,7 @@ class Table:
                 elif plan is _TEXT:
                     text = fields.get(field)
                     if isinstance(text, str):
-                        tokens = tokenize(text)
+                        tokens = TOKENS[change.kind](text)
                         n = len(tokens)
                         change.docs += 1
                         change.tokens += n
@@ -398,7 +405,7 @@ class Table:
                         group[2].append(packed_pk)
         if rows:
             for change in changes:
-                if change.kind == TEXT:
+                if change.kind in POSTINGS:
                     self.view.add_text_stats(
                         self.spec.index_tree(change.index), change.docs, change.tokens
                     )
@@ -427,7 +434,7 @@ class Table:
                 tree.delete(key, value)  # a tombstone keeps its pk (or posting)
             for key, value in change.replaced:
                 tree.put(key, value, True)
-            if change.kind == TEXT:
+            if change.kind in POSTINGS:
                 for key, value in change.extra:  # new postings of updated documents
                     tree.put(key, value, False)
                 for term, postings in change.groups.items():
@@ -464,7 +471,7 @@ class Table:
     ) -> None:
         """Note what replacing the record ``old`` by ``fields`` does to one index."""
         index = change.index
-        if index.kind == TEXT:
+        if index.kind in POSTINGS:
             new, length = text_entries(index, pk, pk_key, fields)
             before, old_length = text_entries(index, pk, pk_key, old)
             change.docs += _has_text(index, fields) - _has_text(index, old)
@@ -493,7 +500,7 @@ class Table:
             self.view.retire_blob(value[1:])
         for index in self.spec.indexes.values():
             tree = self.index_tree(index)
-            if index.kind == TEXT:
+            if index.kind in POSTINGS:
                 postings, length = text_entries(index, pk, pk_key, old)
                 for key, value in postings.items():
                     tree.delete(key, value)
@@ -505,13 +512,19 @@ class Table:
                     tree.delete(key, value)
         return old
 
-    def build_index(self, index: IndexSpec) -> int:
-        """Fill a new index from every record; return how many records were indexed."""
+    def build_index(
+        self, index: IndexSpec, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Fill a new index from every record; return how many records were indexed.
+        ``progress(done, total)`` is told every ``BUILD_STEP`` records (a migration's
+        progress bar)."""
         tree = self.index_tree(index)
         rows = self.view.run([self.scan_reader()])[0]
         entries: dict[bytes, bytes] = {}
-        for pk, fields in rows:
-            if index.kind == TEXT:
+        for done, (pk, fields) in enumerate(rows):
+            if progress is not None and done % BUILD_STEP == 0:
+                progress(done, len(rows))
+            if index.kind in POSTINGS:
                 postings, length = text_entries(index, pk, encode_key(pk), fields)
                 entries.update(postings)
                 self.view.add_text_stats(
@@ -524,6 +537,8 @@ class Table:
                 entries[key] = value
         keys = sorted(entries)
         tree.put_new(keys, [entries[key] for key in keys])
+        if progress is not None:
+            progress(len(rows), len(rows))
         return len(rows)
 
 

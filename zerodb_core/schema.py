@@ -15,7 +15,10 @@ from zerodb_core.exceptions import IntegrityError, QueryError
 FIELD = "field"  # ordered index on (values..., pk): eq, range, in, prefix, isnull, ordering
 UNIQUE = "unique"  # ordered index on (values...) that refuses a second pk for one value
 TEXT = "text"  # inverted index: (term, pk) -> term frequency, document length, positions
-INDEX_KINDS = (FIELD, UNIQUE, TEXT)
+TRIGRAM = "trigram"  # the same, of the lowered text's trigrams (substring search)
+INDEX_KINDS = (FIELD, UNIQUE, TEXT, TRIGRAM)
+# Kinds kept as blocks of postings (zerodb_core.lsm.postings), not as ordered entries.
+POSTINGS = frozenset({TEXT, TRIGRAM})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +32,7 @@ class IndexSpec:
     def __post_init__(self) -> None:
         if self.kind not in INDEX_KINDS:
             raise QueryError(f"unknown index kind {self.kind!r}")
-        if not self.fields or (self.kind == TEXT and len(self.fields) != 1):
+        if not self.fields or (self.kind in POSTINGS and len(self.fields) != 1):
             raise QueryError(f"index {self.name!r}: wrong number of fields")
 
     def to_payload(self) -> list:
@@ -54,15 +57,16 @@ class ModelSpec:
         """The single-field ordered index of ``field_name`` (unique preferred), if any."""
         best = None
         for index in self.indexes.values():
-            if index.kind != TEXT and index.fields == (field_name,):
+            if index.kind not in POSTINGS and index.fields == (field_name,):
                 if index.kind == UNIQUE:
                     return index
                 best = index
         return best
 
-    def text_index_for(self, field_name: str) -> IndexSpec | None:
+    def text_index_for(self, field_name: str, kind: str = TEXT) -> IndexSpec | None:
+        """The full-text (or, with ``kind=TRIGRAM``, trigram) index of a field, if any."""
         for index in self.indexes.values():
-            if index.kind == TEXT and index.fields == (field_name,):
+            if index.kind == kind and index.fields == (field_name,):
                 return index
         return None
 

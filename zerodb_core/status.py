@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerodb_core.btree import RunRef
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import TEXT
+from zerodb_core.schema import POSTINGS
 
 if TYPE_CHECKING:
     from zerodb_core.db import DB
@@ -35,7 +35,7 @@ def describe_root(state: RootState) -> dict[str, Any]:
                 "fields": list(index.fields),
                 **_shape(runs),
             }
-            if index.kind == TEXT:
+            if index.kind in POSTINGS:
                 docs, tokens = state.text_stats.get(tree, (0, 0))
                 entry["documents"] = docs
                 entry["tokens"] = tokens

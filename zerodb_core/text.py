@@ -12,7 +12,16 @@ import math
 import re
 import unicodedata
 
-__all__ = ["MAX_TOKEN_LENGTH", "bm25", "bm25_idf", "bm25_weight", "parse_query", "tokenize"]
+__all__ = [
+    "MAX_TOKEN_LENGTH",
+    "bm25",
+    "bm25_idf",
+    "bm25_weight",
+    "fold",
+    "parse_query",
+    "tokenize",
+    "trigrams",
+]
 
 # Longer tokens are dropped: they are almost always hashes, base64 or URLs, and they would
 # bloat the index for no recall.
@@ -85,6 +94,26 @@ def tokenize(text: str) -> list[str]:
     if tokens and max(map(len, tokens)) > MAX_TOKEN_LENGTH:
         tokens = [token for token in tokens if len(token) <= MAX_TOKEN_LENGTH]
     return tokens
+
+
+def fold(text: str) -> str:
+    """The text trigram indexes hold: ``lower()``, with final sigma as any sigma.
+
+    ``str.lower()`` maps each character on its own except capital sigma, which lowers to
+    final sigma (U+03C2) at the end of a word and sigma (U+03C3) elsewhere; mapping the
+    first to the second afterwards makes ``fold`` a per-character map. So a substring of
+    a text folds to a substring of the folded text, whatever the case, and a lowered
+    substring (``icontains``) folds to a substring of it too: trigrams of the folded text
+    find every candidate.
+    """
+    return text.lower().replace("\u03c2", "\u03c3")
+
+
+def trigrams(text: str) -> list[str]:
+    """The trigrams of ``fold(text)`` in order (position ``i`` starts at character
+    ``i``), the "tokens" of a trigram index: a text of fewer than 3 characters has none."""
+    folded = fold(text)
+    return [folded[i : i + 3] for i in range(len(folded) - 2)]
 
 
 def parse_query(query: str) -> list[list[str]]:

@@ -11,6 +11,7 @@ failing. Replaying re-checks unique indexes against the newer data.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from zerodb_core.isolation import (
 from zerodb_core.lsm import Changes, LogTree, TextTree
 from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
 from zerodb_core.rootstate import RootState
-from zerodb_core.schema import TEXT, IndexSpec, ModelSpec
+from zerodb_core.schema import POSTINGS, TRIGRAM, IndexSpec, ModelSpec
 
 if TYPE_CHECKING:
     from zerodb_core.btree import NodeSource, Reader
@@ -62,7 +63,7 @@ class View:
         """The tree ``name`` (a :class:`LogTree`, or a :class:`TextTree` for a full-text
         index)."""
         if self.is_text(name):
-            return TextTree(self, name, self.sizes.text)
+            return TextTree(self, name, self.leaf_bytes(name))
         return LogTree(self, name, self.leaf_bytes(name), self.filtered_index(name))
 
     def index_of(self, name: str) -> IndexSpec | None:
@@ -79,14 +80,17 @@ class View:
         return index if index is not None and filtered(index) else None
 
     def is_text(self, name: str) -> bool:
-        """Whether the tree ``name`` is a full-text index (blocks of postings)."""
+        """Whether the tree ``name`` is a full-text or trigram index (blocks of postings)."""
         index = self.index_of(name)
-        return index is not None and index.kind == TEXT
+        return index is not None and index.kind in POSTINGS
 
     def leaf_bytes(self, name: str) -> int:
         """The leaf budget of a tree, by what it holds (records, postings, index keys)."""
         if name.startswith("r/"):
             return self.sizes.records
+        index = self.index_of(name)
+        if index is not None and index.kind == TRIGRAM:
+            return self.sizes.trigram
         return self.sizes.text if self.is_text(name) else self.sizes.index
 
     def run(self, readers: list[Reader]) -> list[Any]:
@@ -205,6 +209,8 @@ class EnsureModel(WriteOp):
     records already there). Indexes the catalog has and ``spec`` lacks are kept."""
 
     spec: ModelSpec
+    # Told ``(records done, records)`` while an index is built (a progress bar).
+    progress: Callable[[int, int], None] | None = None
 
     def apply(self, txn: Transaction) -> Any:
         current = txn.catalog.get(self.spec.name) or ModelSpec(self.spec.name)
@@ -221,7 +227,7 @@ class EnsureModel(WriteOp):
                 )
             current = current.with_index(index)
             txn.catalog = txn.catalog.with_model(current)
-            added += Table(txn, current).build_index(index)
+            added += Table(txn, current).build_index(index, self.progress)
         if txn.catalog.get(self.spec.name) is None:
             txn.catalog = txn.catalog.with_model(current)
         return added
@@ -425,7 +431,7 @@ class Transaction(View):
                 continue
             postings = self.is_text(name)
             if postings:
-                keys, values = TextTree(self, name, self.sizes.text).pending_blocks()
+                keys, values = TextTree(self, name, self.leaf_bytes(name)).pending_blocks()
                 tags = b""
             else:
                 keys = pending.sorted_keys()

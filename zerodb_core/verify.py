@@ -54,7 +54,7 @@ from zerodb_core.records import (
     value_prefixes,
 )
 from zerodb_core.rootstate import EMPTY_STATE, RootState, parse_payload, root_blob_id
-from zerodb_core.schema import TEXT, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.schema import POSTINGS, UNIQUE, IndexSpec, ModelSpec
 from zerodb_core.serialization import unpack
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class _Checker:
         docs = tokens = 0
         for pk_key, (pk, fields) in rows.items():
             try:
-                if index.kind == TEXT:
+                if index.kind in POSTINGS:
                     entries, length = text_entries(index, pk, pk_key, fields)
                     docs += isinstance(fields.get(index.fields[0]), str)
                     tokens += length
@@ -301,7 +301,7 @@ class _Checker:
                 )
             else:
                 self.problem(where, f"an entry points to record {pk!r}, which does not exist")
-        if index.kind == TEXT:
+        if index.kind in POSTINGS:
             stats = self.state.text_stats.get(tree, (0, 0))
             if stats != (docs, tokens):
                 self.problem(
@@ -317,7 +317,7 @@ class _Checker:
         entries in key order: each key's newest entry, the runs applied oldest first. A
         full-text index's entries are blocks; its postings are returned, keyed by term
         key and pk key."""
-        postings = index is not None and index.kind == TEXT
+        postings = index is not None and index.kind in POSTINGS
         self.report.trees += 1
         runs = self.state.trees.get(name, ())
         live: dict[bytes, Any] = {}
@@ -493,7 +493,7 @@ _UNREADABLE = object()
 
 def _entry_pk(index: IndexSpec, value: Any) -> Any:
     """The primary key an index entry's value names (or ``_UNREADABLE``)."""
-    if index.kind == TEXT:
+    if index.kind in POSTINGS:
         return value[1]  # a posting: (term key, pk, document length, positions)
     try:
         return unpack(value)

@@ -7,8 +7,9 @@ which no query there uses; the benchmark replaces it (see ``django_side_by_side`
 """
 
 from django.db import models
+from django.db.models.functions import Lower
 
-from django_zerodb.indexes import TextIndex
+from django_zerodb.indexes import TextIndex, TrigramIndex
 from django_zerodb.managers import ZeroManager
 
 
@@ -32,3 +33,19 @@ class Employee(models.Model):
     class Meta:
         indexes = [TextIndex(fields=["bio"], name="bench_employee_bio_text")]
         ordering = ["id"]
+
+
+class IndexedEmployee(models.Model):
+    """The employees of ``bench.indexes``: case-insensitive and substring search."""
+
+    last_name = models.CharField(max_length=50)
+    email = models.EmailField()
+    title = models.CharField(max_length=100, blank=True)
+    bio = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(Lower("last_name"), name="bench_lower_last_name"),
+            models.Index(Lower("email"), name="bench_lower_email"),
+            TrigramIndex(fields=["bio"], name="bench_bio_trgm"),
+        ]

@@ -18,15 +18,19 @@ indexes:
   ======== ============================== ==========================================
   ``@``    ``search`` (whole words,       the field's ``TextIndex``; results ranked
            "quoted phrases")              (BM25) when no column is sorted
-  ``^``    ``startswith`` if the field    its index: **case-sensitive**; a field
-           is indexed, else               without index keeps Django's
-           ``istartswith``                case-insensitive ``istartswith`` (a scan)
-  ``=``    ``exact`` if the field is      its index: case-sensitive; else Django's
-           indexed, else ``iexact``       ``iexact`` (a scan)
-  (none)   ``icontains``                  decrypted records (a scan)
+  ``^``    ``istartswith``; ``startswith`` a ``Lower(field)`` index; else the
+           if the field has an index but  field's own index, **case-sensitive**;
+           no ``Lower`` one               else decrypted records (a scan)
+  ``=``    ``iexact``; ``exact`` if the   as ``^``
+           field has an index but no
+           ``Lower`` one
+  (none)   ``icontains``                  the field's ``TrigramIndex`` (fragments of
+                                          3 characters or more), else a scan
   ======== ============================== ==========================================
 
-  ``search_help_text`` is written from ``search_fields`` unless you set it.
+  ``search_help_text`` is written from ``search_fields`` unless you set it. A search
+  of more than ``max_search_words`` words (or "quoted phrases") finds nothing and says
+  why: each word adds a condition on every search field.
 
 Used on a model of another database, ``ZeroModelAdmin`` keeps Django's search lookups.
 """
@@ -49,8 +53,10 @@ from django.http import HttpResponseRedirect
 from django.utils.text import smart_split, unescape_string_literal
 
 from django_zerodb.compat import has_column
+from django_zerodb.derived import lowered_column
 from django_zerodb.exceptions import SerializationError
 from django_zerodb.indexes import TextIndex, model_spec
+from django_zerodb.substring import trigram_fields
 
 SEARCH = "search"
 
@@ -149,15 +155,21 @@ def search_lookup(model: type[models.Model], spec: str) -> SearchLookup:
         return SearchLookup(spec, head, lookup, field, indexed)
     if prefix == "@":
         return SearchLookup(spec, path, SEARCH, field, has_text_index(field))
-    indexed = is_indexed(field)
+    # Indexes of computed values serve lookups on the model's own fields only.
+    local = field is not None and LOOKUP_SEP not in path and field.model is model
     textual = isinstance(field, (models.CharField, models.TextField))
-    if prefix == "^":
-        lookup = "startswith" if indexed and textual else "istartswith"
-    elif prefix == "=":
-        lookup = "exact" if indexed else "iexact"
-    else:
-        lookup = "icontains"
-    return SearchLookup(spec, path, lookup, field, indexed and lookup in ("startswith", "exact"))
+    if prefix in ("^", "="):
+        if local and textual and lowered_column(model, field.column) is not None:
+            lookup, indexed = ("istartswith" if prefix == "^" else "iexact"), True
+        elif prefix == "^":
+            indexed = is_indexed(field) and textual
+            lookup = "startswith" if indexed else "istartswith"
+        else:
+            indexed = is_indexed(field)
+            lookup = "exact" if indexed else "iexact"
+        return SearchLookup(spec, path, lookup, field, indexed)
+    trigram = local and field.column in trigram_fields(model)
+    return SearchLookup(spec, path, "icontains", field, trigram)
 
 
 def search_bits(search_term: str) -> list[tuple[str, bool]]:
@@ -200,6 +212,10 @@ class ZeroModelAdmin(admin.ModelAdmin):
     show_full_result_count = True  # count() is served by the counted indexes
     # Rank full-text results (BM25) when no column is sorted.
     rank_search_results = True
+    # A search of more words than this finds nothing (each word is a condition on every
+    # search field: an OR of index scans, or a scan).
+    max_search_words = 8
+    too_many_words_message = "Search for at most {n} words at a time."
 
     # Shown when a save meets a concurrent change (OPTIONS["ISOLATION_LEVEL"] "repeatable
     # read" or "serializable"): nothing was saved, and the form is shown afresh.
@@ -260,6 +276,10 @@ class ZeroModelAdmin(admin.ModelAdmin):
         bits = search_bits(search_term)
         if not bits:
             return queryset, False
+        if len(bits) > self.max_search_words:
+            message = self.too_many_words_message.format(n=self.max_search_words)
+            self.message_user(request, message, messages.WARNING)
+            return queryset.none(), False
         term_queries = []
         for bit, quoted in bits:
             alternatives = []

@@ -9,6 +9,7 @@ One module per concept, as in DRF itself:
 * ``query.QueryParser``: the query language of that endpoint, translated to ``Q`` objects
   so that the backend's index planner serves it.
 * ``filters``: ``RankedSearchFilter`` (``?search=``, served by the model's ``TextIndex``),
+  ``ZeroSearchFilter`` (DRF's ``SearchFilter`` with a cap on words),
   ``ZeroFilterSet`` and ``ZeroFilterBackend`` (django-filter).
 * ``pagination``: ``ZeroPageNumberPagination`` (counts from the indexes) and
   ``ZeroCursorPagination`` (on an indexed ordering).
@@ -27,6 +28,7 @@ _EXPORTS = {
     "ZeroModelViewSet": "django_zerodb.rest.viewsets",
     "ZeroRouter": "django_zerodb.rest.routers",
     "RankedSearchFilter": "django_zerodb.rest.filters",
+    "ZeroSearchFilter": "django_zerodb.rest.filters",
     "ZeroPageNumberPagination": "django_zerodb.rest.pagination",
     "ZeroCursorPagination": "django_zerodb.rest.pagination",
     "ZeroModelPermissions": "django_zerodb.rest.permissions",

@@ -3,6 +3,9 @@
 * ``RankedSearchFilter``: ``?search=kernel panic`` keeps the objects whose ``TextIndex``
   field holds every word (and "quoted phrase"), best BM25 match first, unless the
   request also gives ``?ordering=``. A model without a ``TextIndex`` answers 400.
+* ``ZeroSearchFilter``: DRF's ``SearchFilter`` (``?search=`` on ``search_fields``,
+  ``^`` istartswith, ``=`` iexact, plain icontains) with a cap on search words; the
+  lookups are served by a field's ``Lower`` index or ``TrigramIndex`` when it has one.
 * ``ZeroFilterSet``: a django-filter ``FilterSet`` that, with ``indexed_only = True``
   (``IndexedFilterSet``), refuses at class creation any filter the indexes cannot serve,
   so that no query parameter makes the server decrypt a whole model to filter it.
@@ -16,7 +19,7 @@ from __future__ import annotations
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
 from django_filters import rest_framework as django_filters
-from rest_framework.filters import BaseFilterBackend
+from rest_framework.filters import BaseFilterBackend, SearchFilter
 from rest_framework.settings import api_settings
 
 from django_zerodb.rest.exceptions import BadQuery
@@ -94,6 +97,22 @@ class RankedSearchFilter(BaseFilterBackend):
                 "schema": {"type": "string"},
             }
         ]
+
+
+class ZeroSearchFilter(SearchFilter):
+    """DRF's ``SearchFilter``, refusing (400) a search of more than ``max_search_words``
+    words: each word is a condition on every search field (an OR of index scans, or a
+    scan of decrypted rows)."""
+
+    max_search_words = 8
+
+    def get_search_terms(self, request):
+        terms = super().get_search_terms(request)
+        if len(terms) > self.max_search_words:
+            raise BadQuery(
+                f"search for at most {self.max_search_words} words at a time", self.search_param
+            )
+        return terms
 
 
 def unindexed(model: type[models.Model], field_name: str, lookup_expr: str) -> str | None:

@@ -11,7 +11,9 @@ In the spirit of ZeroDB's MongoDB-style API::
 * ``{"$eq": v}``, ``{"$ne": v}``, ``{"$lt": v}``, ``{"$lte": v}``, ``{"$gt": v}``,
   ``{"$gte": v}``; ``{"$in": [v, ...]}``, ``{"$nin": [v, ...]}``; ``{"$range": [low,
   high]}`` (both ends included); ``{"$text": "words \\"a phrase\\""}`` on a field with a
-  ``TextIndex``; ``{"$not": <condition>}``. Several operators on one field must all hold.
+  ``TextIndex``; ``{"$icontains": "text"}``, ``{"$istartswith": "text"}`` on text fields
+  (in any case; served by a ``TrigramIndex`` or a ``Lower`` index of the field when it
+  has one); ``{"$not": <condition>}``. Several operators on one field must all hold.
 * ``{"$and": [<filter>, ...]}``, ``{"$or": [<filter>, ...]}``, ``{"$not": <filter>}``
   combine whole filters; ``{"$text": "..."}`` at filter level searches the model's
   ``TextIndex`` field.
@@ -45,7 +47,12 @@ from django_zerodb.rest.exceptions import BadQuery, join
 from django_zerodb.rest.indexing import has_text_index, text_field
 
 COMPARISONS = {"$lt": "lt", "$lte": "lte", "$gt": "gt", "$gte": "gte"}
-FIELD_OPERATORS = frozenset({"$eq", "$ne", *COMPARISONS, "$in", "$nin", "$range", "$text", "$not"})
+# Case-insensitive patterns of text fields: served by a Lower index ($istartswith) or a
+# TrigramIndex ($icontains) when the field has one, else checked on decrypted rows.
+PATTERNS = {"$icontains": "icontains", "$istartswith": "istartswith"}
+FIELD_OPERATORS = frozenset(
+    {"$eq", "$ne", *COMPARISONS, *PATTERNS, "$in", "$nin", "$range", "$text", "$not"}
+)
 FILTER_OPERATORS = frozenset({"$and", "$or", "$not", "$text"})
 MEMBERS = ("filter", "order_by", "limit", "offset")
 POSITIVE = (
@@ -232,6 +239,12 @@ class QueryParser:
             return ~q if op == "$ne" else q
         if op in COMPARISONS:
             return Q(**{f"{orm_path}__{COMPARISONS[op]}": self.value(field, value, path)})
+        if op in PATTERNS:
+            if not isinstance(target_field(field), models.CharField | models.TextField):
+                raise BadQuery(f"{op} applies to text fields only", path)
+            if not isinstance(value, str) or not value:
+                raise BadQuery(f"{op} takes a non-empty string", path)
+            return Q(**{f"{orm_path}__{PATTERNS[op]}": value})
         if op in ("$in", "$nin"):
             values = self.values(field, value, path, op)
             q = Q(**{f"{orm_path}__in": values})

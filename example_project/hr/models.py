@@ -1,9 +1,10 @@
 """The HR models. They live in the encrypted database (``ZERODB_APPS = ["hr"]``)."""
 
 from django.db import models
+from django.db.models.functions import Lower
 from django.urls import reverse
 
-from django_zerodb.indexes import TextIndex
+from django_zerodb.indexes import TextIndex, TrigramIndex
 from django_zerodb.managers import ZeroManager
 
 
@@ -34,7 +35,14 @@ class Employee(models.Model):
 
     class Meta:
         ordering = ["last_name", "first_name", "id"]
-        indexes = [TextIndex(fields=["bio"], name="employee_bio_text")]
+        indexes = [
+            TextIndex(fields=["bio"], name="employee_bio_text"),
+            # Case-insensitive search: last_name__iexact / __istartswith, email__iexact
+            # (the admin's "^last_name" and "=email"), and substrings of the bios.
+            models.Index(Lower("last_name"), name="employee_lower_last_name"),
+            models.Index(Lower("email"), name="employee_lower_email"),
+            TrigramIndex(fields=["bio"], name="employee_bio_trgm"),
+        ]
 
     def __str__(self):
         return f"{self.first_name} {self.last_name}"

@@ -45,6 +45,10 @@ from zerodb_core.exceptions import IntegrityError, QueryError
 NODE_MAX_BYTES = 16 * 1024 - 256
 RECORD_LEAF_BYTES = 1024 - 24
 INDEX_LEAF_BYTES = 512 - 16
+# Trigram postings are read a few terms at a time (the trigrams covering a needle), and a
+# rare trigram's postings are a fraction of a leaf: smaller leaves than a full-text
+# index's, whose words' postings are read whole for ranking.
+TRIGRAM_LEAF_BYTES = 4096 - 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class NodeSizes:
     records: int = RECORD_LEAF_BYTES
     index: int = INDEX_LEAF_BYTES
     text: int = NODE_MAX_BYTES
+    trigram: int = TRIGRAM_LEAF_BYTES
 
     @classmethod
     def scaled(cls, node_bytes: int) -> NodeSizes:
@@ -64,6 +69,7 @@ class NodeSizes:
             min(RECORD_LEAF_BYTES, node_bytes),
             min(INDEX_LEAF_BYTES, node_bytes),
             node_bytes,
+            min(TRIGRAM_LEAF_BYTES, node_bytes),
         )
 
 

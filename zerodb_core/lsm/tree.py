@@ -55,6 +55,29 @@ class TreeView:
         if reads is not None:
             reads.note_range(self.name, lo, hi)
 
+    def count_reader(
+        self,
+        lo: bytes = b"",
+        hi: bytes | None = None,
+        *,
+        exact: bool = True,
+        read_under: int = 0,
+        value: bool = False,
+    ):
+        """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
+        when not ``exact``; ``read_under``: see ``Run.count_reader``); of a posting
+        index, its postings. ``value``: the range holds the entries of one whole value
+        ``lo`` (an equality; ordered indexes only, whose runs may have filters)."""
+        self.note_range(lo, hi)
+        runs = [run for run in self.runs if run.overlaps(lo, hi)]
+        if value:
+            runs = yield from self._filtered_runs(runs, lo)
+        counts = yield from gather(
+            [Run(run).count_reader(lo, hi, exact=exact, read_under=read_under) for run in runs]
+        )
+        pending = self.pending
+        return sum(counts) + (pending.net(lo, hi) if pending is not None else 0)
+
 
 class LogTree(TreeView):
     """One tree of keys and values as a snapshot or transaction sees it."""
@@ -134,28 +157,6 @@ class LogTree(TreeView):
                 if tag != DELETE:
                     found[key] = value
         return found
-
-    def count_reader(
-        self,
-        lo: bytes = b"",
-        hi: bytes | None = None,
-        *,
-        exact: bool = True,
-        read_under: int = 0,
-        value: bool = False,
-    ):
-        """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
-        when not ``exact``; ``read_under``: see ``Run.count_reader``). ``value``: the
-        range holds the entries of one whole value ``lo`` (an equality)."""
-        self.note_range(lo, hi)
-        runs = [run for run in self.runs if run.overlaps(lo, hi)]
-        if value:
-            runs = yield from self._filtered_runs(runs, lo)
-        counts = yield from gather(
-            [Run(run).count_reader(lo, hi, exact=exact, read_under=read_under) for run in runs]
-        )
-        pending = self.pending
-        return sum(counts) + (pending.net(lo, hi) if pending is not None else 0)
 
     def scan_reader(
         self,

@@ -20,6 +20,7 @@ from zerodb_core.query.operators import (
     Or,
     Predicate,
     StartsWith,
+    Substring,
 )
 from zerodb_core.query.operators import Any_ as Any
 
@@ -44,4 +45,5 @@ __all__ = [
     "Or",
     "Predicate",
     "StartsWith",
+    "Substring",
 ]

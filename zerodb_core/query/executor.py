@@ -14,7 +14,7 @@ from operator import neg
 from typing import Any
 
 from zerodb_core.btree import gather
-from zerodb_core.encoding import encode_key
+from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import QueryError
 from zerodb_core.lsm.topk import top_of_all
 from zerodb_core.query.operators import And, Expr
@@ -25,9 +25,11 @@ from zerodb_core.query.planner import (
     Plan,
     Source,
     TextScan,
+    TrigramScan,
     Union,
 )
 from zerodb_core.records import Table
+from zerodb_core.schema import POSTINGS
 from zerodb_core.serialization import unpack
 from zerodb_core.text import bm25_idf, bm25_weight
 
@@ -66,12 +68,12 @@ class Executor:
     # -- choosing ------------------------------------------------------------------------
 
     def refine(self, plan: Plan) -> Plan:
-        """Drop index scans of an ``And`` that would read far more entries than the most
-        selective one; their conditions move to the residual check."""
+        """Drop index and trigram scans of an ``And`` that would read far more entries
+        than the most selective one; their conditions move to the residual check."""
         source = plan.source
         if not isinstance(source, Intersect):
             return plan
-        scans = [p for p in source.parts if isinstance(p, IndexScan)]
+        scans = [p for p in source.parts if isinstance(p, IndexScan | TrigramScan)]
         if len(scans) < 2:
             return plan
         estimates = dict(zip(map(id, scans), self.estimate_many(scans)))
@@ -85,18 +87,29 @@ class Executor:
         residual = residuals[0] if len(residuals) == 1 else And(*residuals)
         return Plan(kept[0] if len(kept) == 1 else Intersect(kept), residual)
 
-    def estimate_many(self, scans: list[IndexScan]) -> list[int]:
-        """Estimated entries of each scan, from inner nodes only (no leaf is read)."""
+    def estimate_many(self, scans: list[IndexScan | TrigramScan]) -> list[int]:
+        """Estimated entries of each scan: an index scan's from inner nodes only (no leaf
+        is read); a trigram scan's is the exact posting count of its rarest trigram,
+        whose edge leaves hold the postings the scan reads next (small terms share a
+        leaf with many others, so half a leaf would be no estimate at all)."""
         readers, owners = [], []
         for n, scan in enumerate(scans):
             tree = self.view.tree(scan.tree)
-            for lo, hi in scan.ranges:
-                readers.append(tree.count_reader(lo, hi, exact=False))
+            trigrams = isinstance(scan, TrigramScan)
+            if trigrams:
+                ranges = [(k, key_after(k)) for k in map(encode_key, scan.predicate.terms)]
+            else:
+                ranges = scan.ranges
+            for lo, hi in ranges:
+                readers.append(tree.count_reader(lo, hi, exact=trigrams))
                 owners.append(n)
-        totals = [0] * len(scans)
+        totals: list[int | None] = [None] * len(scans)
         for n, count in zip(owners, self.view.run(readers)):
-            totals[n] += count
-        return totals
+            if isinstance(scans[n], TrigramScan):
+                totals[n] = count if totals[n] is None else min(totals[n], count)
+            else:
+                totals[n] = (totals[n] or 0) + count
+        return [total or 0 for total in totals]
 
     # -- counting ------------------------------------------------------------------------
 
@@ -146,6 +159,8 @@ class Executor:
             return self._all_pks_reader()
         if isinstance(leaf, TextScan):
             return self._text_reader(leaf)
+        if isinstance(leaf, TrigramScan):
+            return self._trigram_reader(leaf)
         return self._index_reader(leaf)
 
     def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
@@ -161,7 +176,9 @@ class Executor:
     def _all_pks_reader(self):
         """Every primary key, from the smallest ordered index (every record has an entry
         in each, None included) or else from the records themselves."""
-        ordered = [i for i in self.spec.indexes.values() if i.kind != "text" and len(i.fields) == 1]
+        ordered = [
+            i for i in self.spec.indexes.values() if i.kind not in POSTINGS and len(i.fields) == 1
+        ]
         if ordered:
             tree = self.view.tree(self.spec.index_tree(ordered[0]))
             entries = yield from tree.scan_reader()
@@ -204,13 +221,7 @@ class Executor:
             best = top_of_all(words, top)
             return ([pk for _, pk in best], {pk: score for score, pk in best})
         groups = sorted(scan.predicate.groups, key=lambda g: min(by_term[t].df for t in g))
-        by_df = sorted(terms, key=lambda t: by_term[t].df)
-        docs = by_term[by_df[0]].documents()
-        postings = {}
-        for term in by_df[1:]:  # each term narrows the documents down for the next
-            postings[term] = by_term[term].match(docs)
-            docs = set(postings[term])
-        postings[by_df[0]] = by_term[by_df[0]].match(docs)
+        docs, postings = _narrowed(by_term)
         for group in groups:
             if len(group) > 1:
                 docs = {pk for pk in docs if _phrase_at(postings, group, pk)}
@@ -229,6 +240,18 @@ class Executor:
                 scores[pk] += weight
         return (_rank(scores, top), scores)
 
+    def _trigram_reader(self, scan: TrigramScan):
+        """Documents whose folded text holds the needle, in key order, and no scores:
+        the postings of the trigrams covering the needle, rarest first, each narrowing
+        the documents down, then their positions checked."""
+        parts = scan.predicate.parts
+        terms = scan.predicate.terms
+        tree = self.view.tree(scan.tree)
+        found = yield from tree.terms_reader([encode_key(t) for t in terms])
+        docs, postings = _narrowed(dict(zip(terms, found)))
+        hits = [pk for pk in docs if _at_offsets(postings, parts, pk)]
+        return (sorted(hits, key=sort_key), None)
+
     def top_text(self, scan: TextScan, k: int) -> list[Any]:
         """The ``k`` best documents of a search, best first."""
         self.table.records.prefetch()
@@ -237,7 +260,7 @@ class Executor:
     def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
         if isinstance(source, IndexScan):
             return results[id(source)], None
-        if isinstance(source, TextScan):
+        if isinstance(source, TextScan | TrigramScan):
             return results[id(source)]
         if isinstance(source, Complement):
             excluded = set(self._combine(source.part, results)[0])
@@ -310,7 +333,7 @@ def _weight(df: int, n_docs: int, avg_len: float):
 
 
 def _collect(source, out: list) -> None:
-    if isinstance(source, IndexScan | TextScan):
+    if isinstance(source, IndexScan | TextScan | TrigramScan):
         out.append(source)
     elif isinstance(source, Complement):
         _collect(source.part, out)
@@ -337,6 +360,27 @@ def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
                 }
             )
     return merged
+
+
+def _narrowed(by_term: dict) -> tuple[set, dict]:
+    """The documents holding every term, and each term's postings in them: the rarest
+    term's documents first, each further term narrowing them down for the next."""
+    by_df = sorted(by_term, key=lambda t: by_term[t].df)
+    docs = by_term[by_df[0]].documents()
+    postings = {}
+    for term in by_df[1:]:
+        postings[term] = by_term[term].match(docs)
+        docs = set(postings[term])
+    postings[by_df[0]] = by_term[by_df[0]].match(docs)
+    return docs, postings
+
+
+def _at_offsets(postings, parts: list[tuple[int, str]], pk: Any) -> bool:
+    """Whether document ``pk`` holds each trigram of ``parts`` at one start plus its
+    offset (the trigrams cover the needle, so it holds the needle there)."""
+    (first_offset, first), *rest = parts
+    wanted = [(offset - first_offset, set(postings[t][pk][1])) for offset, t in rest]
+    return any(all(p + d in where for d, where in wanted) for p in postings[first][pk][1])
 
 
 def _phrase_at(postings, group: list[str], pk: Any) -> bool:

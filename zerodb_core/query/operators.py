@@ -17,7 +17,7 @@ from typing import Any
 
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import QueryError
-from zerodb_core.text import parse_query, tokenize
+from zerodb_core.text import fold, parse_query, tokenize
 
 # A range of encoded keys, half open: [lo, hi), hi None = to the end.
 KeyRange = tuple[bytes, bytes | None]
@@ -327,6 +327,32 @@ class DoesNotContain(Contains):
 
     def test(self, value: Any) -> bool:
         return not super().test(value)
+
+
+class Substring(Predicate):
+    """The folded text of the field (:func:`zerodb_core.text.fold`) contains ``needle``
+    (which must be folded already): ``icontains`` when the needle holds no sigma.
+
+    Served exactly by a trigram index when the needle has at least 3 characters: the
+    trigrams at offsets ``parts`` cover every character of it, and a document holds the
+    needle at ``p`` exactly when it holds each of those trigrams at ``p + offset``.
+    """
+
+    def __init__(self, field: str, needle: str) -> None:
+        if not isinstance(needle, str) or fold(needle) != needle:
+            raise QueryError(f"Substring({field!r}, ...) needs a folded str")
+        self.field = field
+        self.needle = needle
+        last = len(needle) - 3
+        offsets = sorted({*range(0, last + 1, 3), last}) if last >= 0 else []
+        self.parts = [(offset, needle[offset : offset + 3]) for offset in offsets]
+        self.terms = sorted({trigram for _, trigram in self.parts})
+
+    def test(self, value: Any) -> bool:
+        return isinstance(value, str) and self.needle in fold(value)
+
+    def __repr__(self) -> str:
+        return f"Substring({self.field!r}, {self.needle!r})"
 
 
 def _has_phrase(tokens: list[str], phrase: list[str]) -> bool:

@@ -19,8 +19,9 @@ from zerodb_core.query.operators import (
     Not,
     Or,
     Predicate,
+    Substring,
 )
-from zerodb_core.schema import IndexSpec, ModelSpec
+from zerodb_core.schema import TRIGRAM, IndexSpec, ModelSpec
 
 
 @dataclass(slots=True)
@@ -54,6 +55,19 @@ class TextScan:
 
 
 @dataclass(slots=True)
+class TrigramScan:
+    """Primary keys of documents whose folded text holds a substring, in key order:
+    trigram postings intersected, then their positions checked (exact, no ranking)."""
+
+    index: IndexSpec
+    tree: str
+    predicate: Substring
+
+    def describe(self) -> str:
+        return f"TrigramScan({self.index.name}: {self.predicate.needle!r})"
+
+
+@dataclass(slots=True)
 class Intersect:
     parts: list = field(default_factory=list)
 
@@ -79,7 +93,7 @@ class Complement:
         return f"AllExcept({self.part.describe()})"
 
 
-Source = IndexScan | TextScan | Intersect | Union | Complement
+Source = IndexScan | TextScan | TrigramScan | Intersect | Union | Complement
 
 
 @dataclass(slots=True)
@@ -150,6 +164,11 @@ def _plan_predicate(pred: Predicate, spec: ModelSpec) -> Plan:
         if index is not None:
             return Plan(TextScan(index, spec.index_tree(index), pred), None)
         return Plan(None, pred)
+    if isinstance(pred, Substring):
+        index = spec.text_index_for(pred.field, TRIGRAM)
+        if index is not None and pred.parts:
+            return Plan(TrigramScan(index, spec.index_tree(index), pred), None)
+        return Plan(None, pred)  # under 3 characters: read and check every record
     if isinstance(pred, Match):
         return Plan(None, pred)
     index = spec.ordered_index_for(pred.field)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError
 
+from django_zerodb.derived import deriver
+from django_zerodb.indexes import model_derived
 from django_zerodb.management.utils import (
     add_database_argument,
     add_progress_argument,
@@ -14,6 +17,7 @@ from django_zerodb.management.utils import (
     progress_bar,
     unlocked_session,
 )
+from django_zerodb.schema import RewriteRecords
 from zerodb_core.schema import ModelSpec
 from zerodb_core.transaction import DropIndex, EnsureModel
 
@@ -24,8 +28,10 @@ class Command(BaseCommand):
         "with --all): every index the database's catalog lists for them is dropped and "
         "built again from the records, all in ONE transaction (readers see the old indexes "
         "until it commits; a concurrent commit makes it replay on the newer data). Use it "
-        "when zerodb_verify reports index problems. A unique index whose records hold a "
-        "duplicate value cannot be rebuilt: the command fails and nothing changes."
+        "when zerodb_verify reports index problems. The values functional and partial "
+        "indexes keep in the records are computed again first, from the installed model. "
+        "A unique index whose records hold a duplicate value cannot be rebuilt: the "
+        "command fails and nothing changes."
     )
 
     def add_arguments(self, parser) -> None:
@@ -47,6 +53,7 @@ class Command(BaseCommand):
         connection = encrypted_connection(options["database"])
         session = unlocked_session(self, options, connection)
         labels = model_labels()
+        models = {m._meta.db_table: m for m in apps.get_models()}
         with command_errors(f"reindexing {connection.alias!r}"), session.writing() as txn:
             catalog = txn.catalog
             names = sorted(catalog.models) if options["all"] else None
@@ -60,6 +67,10 @@ class Command(BaseCommand):
             ) as bar:
                 for spec in specs:
                     records = 0
+                    model = models.get(spec.name)
+                    if model is not None and model_derived(model):
+                        change = deriver(connection, model)
+                        txn.apply(RewriteRecords(spec.name, change, "computing index values"))
                     for index in spec.indexes.values():
                         txn.apply(DropIndex(spec.name, index.name))
                         records = txn.apply(EnsureModel(ModelSpec(spec.name, {index.name: index})))

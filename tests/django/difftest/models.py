@@ -2,11 +2,17 @@
 encrypted database ("encrypted"); queries choose one with ``.using()``.
 
 Some fields are indexed (``db_index``) and some not, so that the encrypted backend
-answers conditions both from index scans and by evaluating them in Python.
+answers conditions both from index scans and by evaluating them in Python. ``Item.name``
+also has a ``Lower`` index (``iexact``, ``istartswith``), ``Item.code`` a trigram index
+(the pattern lookups), and ``Group.name`` neither: every string lookup runs with and
+without them.
 """
 
 from django.contrib.contenttypes.fields import GenericForeignKey, GenericRelation
 from django.db import models
+from django.db.models.functions import Lower
+
+from django_zerodb.indexes import TrigramIndex
 
 
 class Group(models.Model):
@@ -30,6 +36,10 @@ class Item(models.Model):
 
     class Meta:
         app_label = "difftest"
+        indexes = [
+            models.Index(Lower("name"), name="item_lower_name"),
+            TrigramIndex(fields=["code"], name="item_code_trgm"),
+        ]
 
 
 class Doc(models.Model):

@@ -92,7 +92,8 @@ ALPHABET = "aAbBzZ_%. é É ü Ü ж Ж 日 😀 \\ 1 9".replace(" ", "") + "  "
 REGEXES = [
     "a", "^a", "A", "^A", "b$", "[0-9]", "^[a-z]+$", "é", "É", "b.c", "(ab|xy)", "^$",
     "\\.", "%", "_", "^.{3}$", "[^a-z]", "日", "😀", "^ ", "ü|Ж", "a.*b", "^[A-Z]",
-    "z{2,}", "\\\\",
+    "z{2,}", "\\\\", "alpha", "^alp", "lph[a-z]", "(?i)ALPH", "caf", "жук", "lph.*bet",
+    "bet|gam", "x?abc", "ALPHA",
 ]  # fmt: skip
 GROUP_NAMES = ["Red", "red", "RED", "Blue", "blue", "Grün", "grün", "日本", "", None]
 INT_EDGES = [0, 1, -1, 2, 7, 2**31 - 1, -(2**31), 2**40, -(2**40), 100, -100]

@@ -323,11 +323,14 @@ def test_string_agg(data):
         expected[group["id"]] = "|".join(c for c, _ in codes) if codes else None
     assert got == expected
     assert any(got.values())
+    # Unordered, so in whatever order each database reads the rows (SQLite reads the
+    # index on code): compared as the sorted parts.
     both(
-        lambda using: (
+        lambda using: sorted(
             items(using)
             .filter(code__regex="^a")
-            .aggregate(s=StringAgg("code", Value(",")), n=Count("pk"))
+            .aggregate(s=StringAgg("code", Value(",")))["s"]
+            .split(",")
         )
     )
     both(

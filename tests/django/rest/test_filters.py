@@ -13,11 +13,12 @@ from django_zerodb.rest.filters import (
     RankedSearchFilter,
     ZeroFilterBackend,
     ZeroFilterSet,
+    ZeroSearchFilter,
     unindexed,
 )
 from tests.django.rest.api import EmployeeViewSet
 from tests.django.rest.helpers import db, ids, pks
-from tests.django.testapp.models import Department, Employee
+from tests.django.testapp.models import Contact, Department, Employee
 
 pytestmark = db
 
@@ -85,6 +86,38 @@ def test_search_field_of_the_view(hr):
     View.search_field = "first_name"
     with pytest.raises(ImproperlyConfigured, match="no TextIndex"):
         RankedSearchFilter().filter_queryset(_request(search="x"), Employee.objects.all(), View())
+
+
+def test_zero_search_filter_is_served_by_lower_and_trigram_indexes(hr):
+    from django_zerodb.rest.exceptions import BadQuery
+
+    Contact.objects.bulk_create(
+        [
+            Contact(last_name="Curry", email="a@x.org", bio="kernel hacker"),
+            Contact(last_name="curry", email="B@x.org", bio="writes compilers"),
+            Contact(last_name="Ng", email="c@x.org", bio="KERNELS and more"),
+        ]
+    )
+
+    class View:
+        search_fields = ["^last_name", "=email", "bio"]
+
+    def search(text):
+        found = ZeroSearchFilter().filter_queryset(
+            _request(search=text), Contact.objects.all(), View()
+        )
+        return sorted(c.email for c in found)
+
+    assert search("CURRY") == ["B@x.org", "a@x.org"]
+    assert search("b@X.org") == ["B@x.org"]
+    assert search("kernel") == ["a@x.org", "c@x.org"]
+    assert search("kernel ng") == ["c@x.org"]
+    plan = ZeroSearchFilter().filter_queryset(
+        _request(search="kernel"), Contact.objects.all(), View()
+    )
+    assert "TrigramScan" in plan.explain()
+    with pytest.raises(BadQuery, match="at most"):
+        search(" ".join(["x"] * (ZeroSearchFilter.max_search_words + 1)))
 
 
 def test_search_schema_parameter():

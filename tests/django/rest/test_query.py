@@ -137,6 +137,11 @@ EQUIVALENT = [
         ),
     ),
     ("$not $text", lambda hr: ({"$not": {"$text": "kernel"}}, ~Q(bio__search="kernel"))),
+    ("$icontains", lambda hr: ({"bio": {"$icontains": "KERN"}}, Q(bio__icontains="KERN"))),
+    (
+        "$istartswith",
+        lambda hr: ({"surname": {"$istartswith": "tu"}}, Q(last_name__istartswith="tu")),
+    ),
     (
         "field $not $text",
         lambda hr: ({"bio": {"$not": {"$text": "panic"}}}, ~Q(bio__search="panic")),
@@ -310,6 +315,8 @@ ERRORS = [
     ({"filter": {"bio": {"$text": 5}}}, "filter.bio.$text", "takes a string"),
     ({"filter": {"bio": {"$text": "   "}}}, "filter.bio.$text", "at least one word"),
     ({"filter": {"$text": ["kernel"]}}, "filter.$text", "takes a string"),
+    ({"filter": {"salary": {"$icontains": "1"}}}, "filter.salary.$icontains", "text fields"),
+    ({"filter": {"bio": {"$istartswith": ""}}}, "filter.bio.$istartswith", "non-empty"),
     ({"filter": {"$and": {}}}, "filter.$and", "non-empty list"),
     ({"filter": {"$or": []}}, "filter.$or", "non-empty list"),
     ({"filter": {"$or": [{"salary": 1}, 5]}}, "filter.$or[1]", "filter object"),

@@ -1,8 +1,9 @@
 """Models of the backend tests: an HR schema like the example project's."""
 
 from django.db import models
+from django.db.models.functions import Lower
 
-from django_zerodb.indexes import TextIndex
+from django_zerodb.indexes import TextIndex, TrigramIndex
 from django_zerodb.managers import ZeroManager
 
 
@@ -102,5 +103,27 @@ class Booking(models.Model):
             models.CheckConstraint(condition=models.Q(price__gte=0), name="price_not_negative"),
             models.CheckConstraint(
                 condition=models.Q(ends__gte=models.F("starts")), name="ends_after_start"
+            ),
+        ]
+
+
+class Contact(models.Model):
+    """The indexes Django users declare (issue 15): a case-insensitive unique e-mail, a
+    ``Lower`` index on a name, a conditional unique constraint, a trigram index."""
+
+    last_name = models.CharField(max_length=50)
+    email = models.CharField(max_length=100)
+    primary = models.BooleanField(default=False)
+    bio = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(Lower("last_name"), name="contact_lower_last_name"),
+            TrigramIndex(fields=["bio"], name="contact_bio_trgm"),
+        ]
+        constraints = [
+            models.UniqueConstraint(Lower("email"), name="contact_email_ci"),
+            models.UniqueConstraint(
+                fields=["last_name"], condition=models.Q(primary=True), name="one_primary"
             ),
         ]
