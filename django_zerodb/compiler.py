@@ -10,6 +10,8 @@ increment).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +61,32 @@ class _Logged:
         return bool(self.errors.__exit__(*exc))
 
 
+@contextmanager
+def _references_kept(query: Any) -> Iterator[None]:
+    """Put the query's alias reference counts back after planning it.
+
+    Planning resolves the ordering and the selected columns, which joins their tables
+    into the query (``setup_joins`` counts a reference to each); Django's SQL compiler
+    resets the counts at the end of ``as_sql()`` so that a query that ran can still be
+    combined or reused as if it had not. Without it, ``q1 & q2`` after running ``q2``
+    would carry ``q2``'s ordering joins as if they were conditions.
+    """
+    before = query.alias_refcount.copy()
+    try:
+        yield
+    finally:
+        query.reset_refcounts(before)
+
+
 class SQLCompiler(compiler.SQLCompiler):
     def select_query(self) -> SelectQuery:
         return SelectQuery(self)
 
     def execute_sql(self, result_type=MULTI, chunked_fetch=False, chunk_size=100):
+        with _references_kept(self.query):
+            return self._execute_sql(result_type)
+
+    def _execute_sql(self, result_type):
         result_type = result_type or NO_RESULTS
         if result_type == CURSOR:
             raise NotSupportedError("the encrypted database has no cursors; iterate the QuerySet")
@@ -88,23 +111,27 @@ class SQLCompiler(compiler.SQLCompiler):
         return None
 
     def has_results(self) -> bool:
-        select = self.select_query()
-        if select.trivially_empty():
-            return False
-        with _Logged(self, f"EXISTS {select.describe()}"):
-            return select.exists()
+        with _references_kept(self.query):
+            select = self.select_query()
+            if select.trivially_empty():
+                return False
+            with _Logged(self, f"EXISTS {select.describe()}"):
+                return select.exists()
 
     def as_sql(self, with_limits=True, with_col_aliases=False):
         """The plan, for ``str(queryset.query)`` (there is no SQL)."""
-        return self.select_query().describe().replace("%", "%%"), ()
+        with _references_kept(self.query):
+            return self.select_query().describe().replace("%", "%%"), ()
 
     def explain_query(self):
         info = self.query.explain_info
         if info is not None:  # Django's checks of the format and options
             self.connection.ops.explain_query_prefix(info.format, **info.options)
-        select = self.select_query()
-        with _Logged(self, f"EXPLAIN {select.describe()}"):
-            yield from select.explain_lines()
+        with _references_kept(self.query):
+            select = self.select_query()
+            with _Logged(self, f"EXPLAIN {select.describe()}"):
+                lines = list(select.explain_lines())
+        yield from lines
 
 
 class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):

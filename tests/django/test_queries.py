@@ -367,3 +367,19 @@ def test_distinct_on_fields(hr):
     for e in ordered:
         first.setdefault(e.is_active, (e.is_active, e.salary, e.pk))
     assert got == list(first.values())
+
+
+def test_running_a_query_leaves_its_alias_references_as_they_were(hr):
+    """Planning joins the tables of the ordering into the query, as Django's SQL compiler
+    does; like it, the backend puts the reference counts back afterwards, so the query
+    can still be combined (``&``) without its ordering's joins becoming part of it."""
+    query = Employee.objects.filter(salary__gt=0).order_by("department__name")
+    before = {alias: n for alias, n in query.query.alias_refcount.items() if n}
+    list(query)
+    query.exists()
+    str(query.query)
+    assert {alias: n for alias, n in query.query.alias_refcount.items() if n} == before
+    combined = (Employee.objects.order_by("last_name") & query).query
+    assert [alias for alias in combined.alias_map if combined.alias_refcount[alias]] == [
+        combined.base_table
+    ]
