@@ -319,6 +319,7 @@ def run_tutorial(tmp_path: Path, *, fresh_virtualenv: bool) -> None:
         project = home / "zerodb-tutorial"
         assert (project / "notebook.zdb").exists()
         check_admin(f"http://127.0.0.1:{port}")
+        check_tests_need_no_passphrase(project, session.env)
     finally:
         transcript.close()
         session.stop()
@@ -359,6 +360,23 @@ def test_the_tutorial_in_a_fresh_virtualenv(tmp_path):
     """``make tutorial``: section 2's virtualenv and ``pip install`` for real (the
     package index or the pip configuration's mirrors must be reachable)."""
     run_tutorial(tmp_path, fresh_virtualenv=True)
+
+
+def check_tests_need_no_passphrase(project: Path, env: dict[str, str]) -> None:
+    """Section 8 says so: the tests run in a shell where ``ZERODB_PASSPHRASE`` is unset."""
+    env = {k: v for k, v in env.items() if k != "ZERODB_PASSPHRASE"}
+    result = subprocess.run(
+        ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert not output_problems(result.stdout, result.stderr), output
 
 
 def check_admin(base: str) -> None:
