@@ -6,12 +6,14 @@ PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.installed
 SOURCES   := $(wildcard zerodb_core blob_server django_zerodb example_project tests bench)
 
-.PHONY: demo demo-native test system-deps lint format bench conformance fuzz matrix clean help
+.PHONY: demo demo-native test tutorial system-deps lint format bench conformance fuzz matrix clean help
 
 help:
 	@echo "make demo   install and run the example HR site (Django admin, encrypted store)"
 	@echo "make demo-native  the engine's native-API demo (no Django)"
 	@echo "make test   install and run the whole test suite (lint included)"
+	@echo "make tutorial  docs/tutorial.md replayed with a fresh virtualenv and pip install"
+	@echo "            (slow, needs the package index; make test runs it on .venv)"
 	@echo "make bench  run the benchmarks (slow; results in bench/results/)"
 	@echo "make conformance  run Django's own tests against django_zerodb (docs/conformance.md;"
 	@echo "            CONFORMANCE_BASELINE=1 reruns SQLite, CONFORMANCE_APPS=\"basic lookup\" a subset)"
@@ -55,6 +57,10 @@ system-deps:
 
 test: system-deps $(STAMP) lint
 	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup -q
+
+# docs/tutorial.md word for word, its `pip install` included (tests/e2e/test_tutorial.py).
+tutorial: system-deps $(STAMP)
+	$(PY) -m pytest tests/e2e/test_tutorial.py -m slow -q
 
 bench: $(STAMP)
 	$(PY) -m bench.native_load

@@ -17,7 +17,7 @@ when it is weaker than ``everysec``) and reported by the ``stats`` operation.
 from __future__ import annotations
 
 from blob_server.exceptions import PersistenceUnknownError, VolatileStorageError
-from blob_server.storage import MemoryStorage, RedisStorage, Storage
+from blob_server.storage import MemoryStorage, Storage
 from blob_server.storage.base import UNVERIFIED, VOLATILE, Durability
 
 #: The fsync policies ``--assume-redis-aof`` accepts (``no`` is not a promise worth making).
@@ -62,7 +62,11 @@ def _unknown(
     """The storage will not say what it persists: refuse, unless a flag says it."""
     where = getattr(storage, "url", type(storage).__name__)
     if assume_aof is not None:
-        info = storage.info_aof_enabled() if isinstance(storage, RedisStorage) else None
+        # Asked of a Redis only (the one storage with an INFO), by duck typing: naming
+        # RedisStorage here would import redis-py, which the server without the
+        # [redis] extra (memory://, sqlite://) does not have.
+        probe = getattr(storage, "info_aof_enabled", None)
+        info = probe() if probe is not None else None
         if info is False:
             raise VolatileStorageError(
                 f"{exc} --assume-redis-aof {assume_aof} was given, but INFO reports "

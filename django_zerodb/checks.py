@@ -7,7 +7,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from django_zerodb.freshness import TABLE, default_database_problem
+from django_zerodb.freshness import TABLE, default_database_problem, migrated
 from django_zerodb.store import store_settings
 
 
@@ -81,7 +81,7 @@ def check_freshness_table(app_configs=None, databases=None, **kwargs) -> list:
         tables, reason = [], f"cannot be read ({exc})"
     else:
         reason = "does not exist yet"
-    if TABLE in tables or not _migrated(DEFAULT_DB_ALIAS):
+    if TABLE in tables or not migrated(DEFAULT_DB_ALIAS):
         # Not migrated yet: `migrate` (which runs this check first) is what creates the
         # table, and Django itself reports unapplied migrations; no second warning.
         return []
@@ -94,14 +94,6 @@ def check_freshness_table(app_configs=None, databases=None, **kwargs) -> list:
             id="django_zerodb.W003",
         )
     ]
-
-
-def _migrated(alias: str) -> bool:
-    """Whether a migration of this app is recorded as applied on ``alias``."""
-    from django.db.migrations.recorder import MigrationRecorder
-
-    applied = MigrationRecorder(connections[alias]).applied_migrations()
-    return any(app == "django_zerodb" for app, _ in applied)
 
 
 def register() -> None:

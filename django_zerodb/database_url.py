@@ -19,8 +19,9 @@ URL forms (docs/settings.md, "Database URLs"):
 
 Other query parameters are ``OPTIONS`` in lower case (``?isolation_level=serializable``,
 ``?pool_size=8``, ``?tls=true``). The passphrase comes from ``passphrase=``, else the URL,
-else ``$ZERODB_PASSPHRASE``; without any, ``ImproperlyConfigured`` says how to set it (a
-settings file reading ``os.environ["ZERODB_PASSPHRASE"]`` would raise a bare ``KeyError``).
+else ``$ZERODB_PASSPHRASE``; without any, the system checks (``django_zerodb.E001``) and
+opening the database say how to set it (``MissingPassphrase``; a settings file reading
+``os.environ["ZERODB_PASSPHRASE"]`` would stop every command with a bare ``KeyError``).
 """
 
 from __future__ import annotations
@@ -42,16 +43,33 @@ _BOOLS = {"TLS"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
-def passphrase_from_env(name: str = PASSPHRASE_ENV) -> str:
-    """Return ``$name``, or raise ``ImproperlyConfigured`` saying how to set it."""
-    value = os.environ.get(name)
-    if not value:
-        raise ImproperlyConfigured(
+class MissingPassphrase:
+    """An unset passphrase variable, standing in the ``DATABASES`` entry.
+
+    Raising while the settings are imported would bury the one useful line under forty
+    lines of Django's settings machinery; this marker lets them import, and whatever
+    needs the passphrase raises ``ImproperlyConfigured`` with ``message`` instead: the
+    system checks of every ``manage.py`` command (``django_zerodb.E001``, printed without
+    a traceback) and opening the database (``store.store_settings``).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.message = (
             f"the encrypted database needs its passphrase: set the environment variable "
             f"{name} (export {name}='...' in the shell that runs manage.py; keep it out of "
             "the repository)"
         )
-    return value
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.message}>"
+
+
+def passphrase_from_env(name: str = PASSPHRASE_ENV) -> str | MissingPassphrase:
+    """Return ``$name``, or a :class:`MissingPassphrase` that says how to set it."""
+    return os.environ.get(name) or MissingPassphrase(name)
 
 
 def config(

@@ -16,7 +16,8 @@ A ``memory://`` store does not outlive its process, so its floor is always in me
 The default database must not be the encrypted one (its own freshness would recurse):
 then, or while the table does not exist yet (``migrate`` has not run), or when the default
 database cannot be reached, the floor is kept in memory, a warning is logged, and the
-system checks say so (``django_zerodb.W002``, ``W003``).
+system checks say so (``django_zerodb.W002``, ``W003``). Before the default database's
+first ``migrate`` the missing table is expected, and said at INFO only.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import os
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
 
@@ -60,6 +61,15 @@ def store_identity(store: str, tenant: str | None = None) -> str:
     return store
 
 
+def migrated(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether a migration of this app (the one creating ``SeenRoot``) is recorded as
+    applied on ``using``."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    applied = MigrationRecorder(connections[using]).applied_migrations()
+    return any(app == "django_zerodb" for app, _ in applied)
+
+
 class ModelFreshnessTracker(FreshnessTracker):
     """The highest ``(seq, digest)`` per database of one store, in ``SeenRoot`` rows of
     the default database.
@@ -83,10 +93,11 @@ class ModelFreshnessTracker(FreshnessTracker):
 
         return SeenRoot.objects.using(self.using)
 
-    def _fall_back(self, why: str) -> None:
+    def _fall_back(self, why: str, level: int = logging.WARNING) -> None:
         if self.fallback is None:
             self.fallback = why
-            logger.warning(
+            logger.log(
+                level,
                 "django_zerodb: the highest root seen of %s is kept in memory only (%s): "
                 "a rollback of the store while this process is not running goes unnoticed",
                 self.store,
@@ -99,7 +110,11 @@ class ModelFreshnessTracker(FreshnessTracker):
                 self._rows().filter(store=self.store).values_list("database", "seq", "digest")
             )
         except Exception as exc:  # not migrated, unreachable, access refused (tests) ...
-            self._fall_back(f"cannot read {TABLE} of the {self.using!r} database: {exc}")
+            # Before the first `migrate` (`makemigrations` opens every database to check
+            # its history) the table is missing by design and Django itself lists the
+            # unapplied migration: said at INFO, as the system check W003 stays silent then.
+            level = logging.INFO if self._not_migrated_yet() else logging.WARNING
+            self._fall_back(f"cannot read {TABLE} of the {self.using!r} database: {exc}", level)
             return {}
         try:
             return {
@@ -109,6 +124,12 @@ class ModelFreshnessTracker(FreshnessTracker):
             from zerodb_core.exceptions import FreshnessError
 
             raise FreshnessError(f"{TABLE} holds a malformed digest for {self.store}") from None
+
+    def _not_migrated_yet(self) -> bool:
+        try:
+            return not migrated(self.using)
+        except Exception:  # the default database cannot be read at all: that is a warning
+            return False
 
     def remember(self, database: str, seq: int, digest: bytes | None) -> None:
         if self.fallback is not None:

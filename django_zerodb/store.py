@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from django_zerodb.database_url import MissingPassphrase
 from django_zerodb.freshness import ModelFreshnessTracker, store_identity, tracker_for
 from zerodb_core import DB
 from zerodb_core.isolation import LEVELS, READ_COMMITTED
@@ -66,6 +67,8 @@ def store_settings(settings_dict: dict[str, Any]) -> dict[str, Any]:
             "('memory://', 'sqlite:///path/file.zdb' or 'zerodb://host:port') or HOST/PORT"
         )
     passphrase = options.get("PASSPHRASE") or settings_dict.get("PASSWORD")
+    if isinstance(options.get("PASSPHRASE"), MissingPassphrase):
+        raise ImproperlyConfigured(options["PASSPHRASE"].message)
     if not passphrase:
         raise ImproperlyConfigured(
             "the django_zerodb database needs a passphrase: OPTIONS['PASSPHRASE'] "

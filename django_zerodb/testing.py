@@ -2,10 +2,8 @@
 
 In the test settings (docs/testing.md)::
 
-    import os
-    os.environ.setdefault("ZERODB_PASSPHRASE", TEST_PASSPHRASE)  # before the import
+    from django_zerodb.testing import in_memory
     from mysite.settings import *
-    from django_zerodb.testing import TEST_PASSPHRASE, in_memory
 
     DATABASES["encrypted"] = in_memory(DATABASES["encrypted"])
 

@@ -129,7 +129,7 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         """Objects matching a JSON filter, and their count.
 
         The body has four members, all optional: filter (field names to conditions such
-        as {"salary": {"$gte": 100000}}), order_by (a list of field names, "-" first for
+        as {"field": {"$gte": value}}), order_by (a list of field names, "-" first for
         descending), limit and offset. The answer is {"count": n, "results": [...]}. The
         schema (OpenAPI) documents the whole language; every problem is a 400 naming its
         JSON path."""

@@ -8,6 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.utils import ConnectionHandler
 
+from django_zerodb.checks import check_databases
 from django_zerodb.database_url import config, parse, passphrase_from_env
 from django_zerodb.store import store_settings
 
@@ -60,9 +61,24 @@ def test_passphrase_sources(monkeypatch):
     assert parse("zerodb://u:from-url@h/x", passphrase="arg")["OPTIONS"]["PASSPHRASE"] == "arg"
     monkeypatch.delenv("ZERODB_PASSPHRASE")
     with pytest.raises(ImproperlyConfigured, match="set the environment variable ZERODB_PAS"):
-        parse("memory+zerodb://")
+        store_settings(parse("memory+zerodb://"))
     with pytest.raises(ImproperlyConfigured, match="export ZERODB_PASSPHRASE="):
-        passphrase_from_env()
+        store_settings({"OPTIONS": {"STORE": "memory://", "PASSPHRASE": passphrase_from_env()}})
+
+
+def test_an_unset_passphrase_is_a_system_check_error(monkeypatch, settings):
+    """Settings import without $ZERODB_PASSPHRASE; every manage.py command then stops at
+    the system checks with the one line that says what to do, not a traceback."""
+    monkeypatch.delenv("ZERODB_PASSPHRASE", raising=False)
+    missing = passphrase_from_env("ZERODB_PASSPHRASE")
+    assert not missing and "ZERODB_PASSPHRASE" in repr(missing)
+    entry = {"ENGINE": "django_zerodb", "OPTIONS": {"STORE": "memory://", "PASSPHRASE": missing}}
+    monkeypatch.setitem(settings.DATABASES, "unset", entry)
+    errors = [e for e in check_databases() if e.obj == "DATABASES['unset']"]
+    assert [e.id for e in errors] == ["django_zerodb.E001"]
+    assert "export ZERODB_PASSPHRASE='...'" in errors[0].msg
+    monkeypatch.setenv("ZERODB_PASSPHRASE", "set now")
+    assert passphrase_from_env("ZERODB_PASSPHRASE") == "set now"
 
 
 def test_config_reads_the_environment(monkeypatch):

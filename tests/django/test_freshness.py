@@ -176,10 +176,31 @@ def test_an_unusable_table_falls_back_to_memory(monkeypatch, caplog):
         tracker.check("main", 3, b"d" * 32, None)  # no error: kept in memory
         tracker.check("main", 4, b"e" * 32, b"d" * 32)
     assert tracker.fallback and "no such table" in tracker.fallback
-    assert "kept in memory only" in caplog.text
+    # The database cannot tell whether it was migrated: a warning, not INFO.
+    assert [r.levelno for r in caplog.records if "kept in memory" in r.getMessage()] == [
+        logging.WARNING
+    ]
     assert "fell back to memory" in describe_tracker(tracker)
     with pytest.raises(Exception, match="rollback"):
         tracker.check("main", 2, b"f" * 32, None)  # still checked within the process
+
+
+@pytest.mark.django_db(databases=["default"])
+def test_before_the_first_migrate_the_missing_table_is_no_warning(monkeypatch, caplog):
+    """`makemigrations` on a new project opens the encrypted database before `migrate`
+    has created the table: expected, so said at INFO (Django lists the migration)."""
+    tracker = ModelFreshnessTracker("sqlite:////nowhere.zdb", "x")
+
+    def missing():
+        raise OperationalError(f"no such table: {TABLE}")
+
+    monkeypatch.setattr(tracker, "_rows", missing)
+    MigrationRecorder(connections["default"]).migration_qs.filter(app="django_zerodb").delete()
+    with caplog.at_level(logging.INFO, logger="django_zerodb"):
+        tracker.check("main", 3, b"d" * 32, None)
+    (record,) = [r for r in caplog.records if "kept in memory only" in r.getMessage()]
+    assert record.levelno == logging.INFO
+    assert "no such table" in tracker.fallback
 
 
 @pytest.mark.django_db(databases=["default"])
