@@ -1,0 +1,166 @@
+"""Several ``zerodb-server`` processes on one Redis: root pushes reach the clients of
+every process (Redis pub/sub), and a lost subscription makes clients revalidate.
+
+Real processes (``zerodb-server serve --redis``) on the tests' redis-server; round trips
+are counted by ``db.stats()``, as in ``test_push``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.core.hr import Employee
+from tests.server.test_push import (
+    count_root_reads,
+    eq_query,
+    open_db,
+    range_query,
+    register,
+    round_trips,
+    seed,
+    wait_for_seq,
+)
+from tests.server.test_redis_e2e import RedisServerProcess
+
+REDIS_DB = 13  # apart from the storage tests (0, 3) and the other e2e tests (9 to 12)
+
+
+@pytest.fixture(scope="module")
+def fleet(redis_server, tmp_path_factory) -> Iterator[tuple[list[RedisServerProcess], dict]]:
+    """Three server processes on one Redis database, and key files for two tenants."""
+    tmp = tmp_path_factory.mktemp("scale-out")
+    redis_server.client(REDIS_DB).flushdb()
+    tenants, keys = register(tmp)
+    url = redis_server.url(REDIS_DB)
+    servers = [RedisServerProcess(url, tenants, tmp / f"server{i}.log") for i in range(3)]
+    for server in servers:
+        server.start()
+    yield servers, keys
+    for server in servers:
+        server.stop()
+    for server in servers:
+        log = server.log.read_text(errors="replace")
+        assert "Traceback" not in log, log
+
+
+def test_a_commit_through_one_process_is_pushed_to_the_clients_of_the_others(fleet):
+    (a, b, c), keys = fleet
+    with (
+        open_db(a, keys["acme"], "fleet") as writer,
+        open_db(b, keys["acme"], "fleet") as reader_b,
+        open_db(c, keys["acme"], "fleet") as reader_c,
+    ):
+        seed(writer)
+        expected = eq_query(writer)
+        readers = [reader_b, reader_c]
+        for reader in readers:
+            assert eq_query(reader) == expected
+            range_query(reader)  # warms the cache
+        reads = {id(r): count_root_reads(r) for r in readers}
+        for i in range(5):
+            new = Employee(name="Ann", surname=f"F{i}", salary=105_000 + i, description="new")
+            writer.add(new)
+            committed = writer.stats()["seq"]
+            expected = sorted([*expected, new.pk])
+            for reader in readers:
+                wait_for_seq(reader, committed)  # pushed by another process
+                assert eq_query(reader) == expected
+                warm_range = range_query(reader)  # reads the new nodes once
+                assert reader.stats()["seq"] == committed
+                before = round_trips(reader)
+                assert eq_query(reader) == expected  # warm again: no round trip at all
+                assert range_query(reader) == warm_range
+                assert round_trips(reader) == before
+                assert len(reads[id(reader)]) == i + 1  # one root read per change
+        for reader in readers:
+            assert reader.transport.pushes >= 5
+
+
+def test_pushes_across_processes_stay_within_the_tenant_and_database(fleet):
+    (a, b, _), keys = fleet
+    with (
+        open_db(b, keys["acme"], "iso") as acme,
+        open_db(b, keys["acme"], "iso-other") as other_db,
+        open_db(b, keys["beta"], "iso") as beta,
+    ):
+        for db in (acme, other_db, beta):
+            eq_query(db)  # subscribes
+        with open_db(a, keys["acme"], "iso") as writer:
+            writer.add(Employee(name="Ann", surname="I", salary=1, description="x"))
+            committed = writer.stats()["seq"]
+        wait_for_seq(acme, committed)
+        for db in (acme, other_db, beta):
+            db.transport.ping()
+        assert acme.transport.pushes == 1
+        assert other_db.transport.pushes == 0
+        assert beta.transport.pushes == 0
+        assert beta.transport.known_root_seq("iso") == 0
+
+
+def kill_subscribers(admin) -> int:
+    """CLIENT KILL every pub/sub connection (every server process's feed)."""
+    return admin.client_kill_filter(_type="pubsub")
+
+
+def test_a_killed_subscription_is_caught_up_not_left_stale(fleet, redis_server):
+    (a, b, _), keys = fleet
+    with (
+        open_db(a, keys["acme"], "killed") as writer,
+        open_db(b, keys["acme"], "killed") as reader,
+    ):
+        seed(writer, n=20)
+        assert eq_query(reader) == eq_query(writer)
+        admin = redis_server.client(REDIS_DB)
+        for i in range(3):
+            assert kill_subscribers(admin) >= 2
+            writer.add(Employee(name="Ann", surname=f"K{i}", salary=1, description="x"))
+            committed = writer.stats()["seq"]
+            # Whether the commit came before the feed subscribed again (caught up by
+            # reading the seqs) or after (published to the new connection), it arrives.
+            wait_for_seq(reader, committed)
+            assert eq_query(reader) == eq_query(writer)
+
+
+def test_a_feed_that_cannot_reconnect_makes_clients_read_roots(fleet, redis_server):
+    """While no new Redis connection is possible, a killed feed cannot catch up: the
+    process closes its subscribed connections, and their clients read roots again."""
+    (a, b, _), keys = fleet
+    admin = redis_server.client(REDIS_DB)
+    with (
+        open_db(a, keys["acme"], "cut") as writer,
+        open_db(b, keys["acme"], "cut") as reader,
+    ):
+        seed(writer, n=20)
+        assert eq_query(reader) == eq_query(writer)
+        assert reader.transport.known_root_seq("cut") == writer.stats()["seq"]
+        admin.ping()  # holds its connection through the cut
+        maxclients = admin.config_get("maxclients")["maxclients"]
+        connected = admin.info("clients")["connected_clients"]
+        admin.config_set("maxclients", max(1, connected - 3))
+        try:
+            assert kill_subscribers(admin) >= 2
+            deadline = time.monotonic() + 10
+            while reader.transport.known_root_seq("cut") is not None:
+                assert time.monotonic() < deadline, "the subscribed client was not cut off"
+                time.sleep(0.01)
+            writer.add(Employee(name="Ann", surname="cut", salary=1, description="x"))
+            reads = count_root_reads(reader)
+            for _ in range(2):
+                assert eq_query(reader) == eq_query(writer)
+            assert len(reads) == 2  # not subscribed while the feed is down: read each time
+        finally:
+            admin.config_set("maxclients", maxclients)
+        deadline = time.monotonic() + 10
+        while True:  # back: a new connection subscribes again
+            reader.transport.close()
+            eq_query(reader)
+            if reader.transport.known_root_seq("cut") is not None:
+                break
+            assert time.monotonic() < deadline, "the feed did not come back"
+            time.sleep(0.1)
+        writer.add(Employee(name="Ann", surname="back", salary=1, description="x"))
+        wait_for_seq(reader, writer.stats()["seq"])
+        assert eq_query(reader) == eq_query(writer)
