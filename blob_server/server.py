@@ -100,7 +100,6 @@ from blob_server.leases import (
     MAX_LEASE_WAIT,
     TOKEN_BYTES,
     CommitLeases,
-    MemoryCommitLeases,
 )
 from blob_server.limits import (
     DEFAULT_LOGIN_DEADLINE,
@@ -298,7 +297,7 @@ class BlobServer:
         # Whose turn it is to commit, once commits collided (``blob_server.leases``);
         # None: commit leases are off (``commit_lease_timeout`` 0), clients race.
         if leases is None and commit_lease_timeout:
-            leases = MemoryCommitLeases(commit_lease_timeout)
+            leases = storage.commit_leases(commit_lease_timeout)
         self.leases = leases
         # What acknowledged commits survive (``blob_server.durability.admit``), told to
         # every client at login and in ``stats``; None: not known (in-process servers).
@@ -914,7 +913,9 @@ class BlobServer:
         garbage = _blob_ids(args["garbage"], "garbage ids")
         database = _database(args)
         leases = self.leases if "lease" in args else None
-        if leases is not None and await leases.held_by_other(session.tenant, database, token):
+        if leases is not None and await self._storage_async(
+            leases.held_by_other(session.tenant, database, token)
+        ):
             root = await self._storage(self.storage.get_root, session.tenant, database)
             return {"ok": False, "wait": True, "seq": root.seq, "data": root.data}
         result = await self._storage_async(
@@ -943,7 +944,9 @@ class BlobServer:
         if result.ok:
             self._push((session.tenant, database), result.root.seq, session)
             if leases is not None and token is not None:
-                await leases.release(session.tenant, database, token)
+                # The commit is done: a lease that cannot be given back runs out instead.
+                with contextlib.suppress(StorageUnavailableError):
+                    await leases.release(session.tenant, database, token)
         return {"ok": result.ok, "seq": result.root.seq, "data": result.root.data}
 
     async def _op_acquire_lease(self, session: Session, args: dict) -> object:
@@ -965,8 +968,8 @@ class BlobServer:
                     protocol.TOO_LARGE,
                     f"at most {protocol.MAX_SUBSCRIPTIONS} commit leases per connection",
                 )
-            token = await self.leases.acquire(
-                session.tenant, database, session.conn_id, wait, session.alive
+            token = await self._storage_async(
+                self.leases.acquire(session.tenant, database, session.conn_id, wait, session.alive)
             )
         root = await self._storage(self.storage.get_root, session.tenant, database)
         log_event(
@@ -986,7 +989,9 @@ class BlobServer:
         token = _lease_token(args["token"])
         released = False
         if self.leases is not None and token is not None:
-            released = await self.leases.release(session.tenant, database, token)
+            released = await self._storage_async(
+                self.leases.release(session.tenant, database, token)
+            )
         return {"released": released}
 
     async def _op_allocate_ids(self, session: Session, args: dict) -> object:
@@ -1042,7 +1047,9 @@ class BlobServer:
         if self.durability is not None:
             answer["durability"] = self.durability.as_dict()
         if self.leases is not None:  # this database's commit lease: held, clients queued
-            answer["lease"] = await self.leases.state(session.tenant, _database(args))
+            answer["lease"] = await self._storage_async(
+                self.leases.state(session.tenant, _database(args))
+            )
         answer["fairness"] = self._fairness(session.tenant)
         return answer
 

@@ -41,9 +41,12 @@ import abc
 import asyncio
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from blob_server.exceptions import InvalidRequestError, QuotaExceededError
+
+if TYPE_CHECKING:
+    from blob_server.leases import CommitLeases
 
 T = TypeVar("T")
 
@@ -368,6 +371,13 @@ class Storage(abc.ABC):
         from blob_server.storage.local_changes import hub_of
 
         return hub_of(self).feed(on_change, on_lost)
+
+    def commit_leases(self, timeout: float) -> CommitLeases:
+        """The commit leases of the servers on this storage (``blob_server.leases``): in
+        this process by default; shared by every process where the storage can (Redis)."""
+        from blob_server.leases import MemoryCommitLeases
+
+        return MemoryCommitLeases(timeout)
 
     def _announce(self, tenant: str, database: str, seq: int) -> None:
         """Tell this process's in-process feeds that a commit made the root ``seq`` (the

@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -99,6 +99,9 @@ from blob_server.storage.base import (
     TenantUsage,
 )
 from blob_server.storage.resp import MGET_CHUNK, RespBlobReader
+
+if TYPE_CHECKING:
+    from blob_server.leases import CommitLeases
 
 log = logging.getLogger(__name__)
 
@@ -1077,6 +1080,22 @@ class RedisStorage(Storage):
         await self._read_namespace_key()
         with self._errors():
             return self._scope(tenant, database).root
+
+    def commit_leases(self, timeout: float) -> CommitLeases:
+        """Commit leases in Redis, shared by every server process on it."""
+        from blob_server.storage.redis_leases import RedisCommitLeases
+
+        return RedisCommitLeases(self, timeout)
+
+    async def scope_prefix(self, tenant: str, database: str) -> bytes:
+        """``zdb:{S}:``, the prefix of the database's key names (its cluster slot)."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root[: -len(b"root")]
+
+    def async_client(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (never retrying a command)."""
+        return self._async_client()
 
     def pubsub_connection(self) -> redis.asyncio.connection.AbstractConnection:
         """A new, unconnected asyncio connection to this Redis (URL, TLS, password and
