@@ -1,5 +1,6 @@
 """Several ``zerodb-server`` processes on one Redis: root pushes reach the clients of
-every process (Redis pub/sub), and a lost subscription makes clients revalidate.
+every process (Redis pub/sub), a lost subscription makes clients revalidate, and commit
+leases are one queue for all processes.
 
 Real processes (``zerodb-server serve --redis``) on the tests' redis-server; round trips
 are counted by ``db.stats()``, as in ``test_push``.
@@ -7,11 +8,14 @@ are counted by ``db.stats()``, as in ``test_push``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from coincurve import PrivateKey
 
+from blob_server.cli import main as cli_main
 from tests.core.hr import Employee
 from tests.server.test_push import (
     count_root_reads,
@@ -24,8 +28,10 @@ from tests.server.test_push import (
     wait_for_seq,
 )
 from tests.server.test_redis_e2e import RedisServerProcess
+from tests.server.wire import Wire
 
 REDIS_DB = 13  # apart from the storage tests (0, 3) and the other e2e tests (9 to 12)
+WIRE_KEY = PrivateKey()  # acme's key for raw protocol clients (``Wire``)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +40,8 @@ def fleet(redis_server, tmp_path_factory) -> Iterator[tuple[list[RedisServerProc
     tmp = tmp_path_factory.mktemp("scale-out")
     redis_server.client(REDIS_DB).flushdb()
     tenants, keys = register(tmp)
+    public = WIRE_KEY.public_key.format().hex()
+    assert cli_main(["add-key", "acme", public, "--tenants", str(tenants)]) == 0
     url = redis_server.url(REDIS_DB)
     servers = [RedisServerProcess(url, tenants, tmp / f"server{i}.log") for i in range(3)]
     for server in servers:
@@ -164,3 +172,69 @@ def test_a_feed_that_cannot_reconnect_makes_clients_read_roots(fleet, redis_serv
         writer.add(Employee(name="Ann", surname="back", salary=1, description="x"))
         wait_for_seq(reader, writer.stats()["seq"])
         assert eq_query(reader) == eq_query(writer)
+
+
+def wire_on(server: RedisServerProcess) -> Wire:
+    wire = Wire(server.port, timeout=30)
+    answer, _ = wire.login("acme", WIRE_KEY)
+    assert answer.ok, answer.result
+    return wire
+
+
+def test_commit_leases_are_one_fifo_across_processes(fleet):
+    """A lease taken through process A holds off lease-aware commits through B and C;
+    waiters on B and C get it in the order they asked, whichever process they use."""
+    servers, _ = fleet
+    database = "leased"
+    wires = [wire_on(server) for server in servers]
+    probes = [wire_on(server) for server in servers]  # other clients, one per process
+    try:
+        first = wires[0].call("acquire_lease", {"database": database, "wait": 5.0}).result
+        assert first["granted"]
+        commit = {"database": database, "root": b"r", "blobs": {}, "garbage": []}
+        told = wires[1].call("commit", {**commit, "expected_seq": 0, "lease": None}).result
+        assert told["wait"] and not told["ok"]  # not tried: A's client holds the lease
+        grants: list[tuple[int, dict]] = []
+
+        def wait_for_turn(index: int) -> None:
+            answer = wires[index].call("acquire_lease", {"database": database, "wait": 30.0})
+            grants.append((index, answer.result))
+
+        threads = []
+        for index in (2, 1):  # C asks first, then B
+            threads.append(threading.Thread(target=wait_for_turn, args=(index,)))
+            threads[-1].start()
+            deadline = time.monotonic() + 10
+            while wires[0].call("stats", {"database": database}).result["lease"] != {
+                "held": 1,
+                "waiting": len(threads),
+            }:
+                assert time.monotonic() < deadline, "the waiter did not queue"
+                time.sleep(0.01)
+        done = wires[0].call("commit", {**commit, "expected_seq": 0, "lease": first["token"]})
+        assert done.result["ok"]  # A's commit gives the lease back: C's turn
+        seq = done.result["seq"]
+        for index in (2, 1):
+            deadline = time.monotonic() + 10
+            while len(grants) < (1 if index == 2 else 2):
+                assert time.monotonic() < deadline, "the lease was not handed on"
+                time.sleep(0.01)
+            holder, answer = grants[-1]
+            assert holder == index and answer["granted"] and answer["seq"] == seq
+            for probe in probes:  # every other client is told to wait, on every process
+                refused = probe.call("commit", {**commit, "expected_seq": seq, "lease": None})
+                assert refused.result["wait"]
+            ok = wires[index].call(
+                "commit", {**commit, "expected_seq": seq, "lease": answer["token"]}
+            )
+            assert ok.result["ok"], ok.result
+            seq = ok.result["seq"]
+        for thread in threads:
+            thread.join()
+        assert wires[0].call("stats", {"database": database}).result["lease"] == {
+            "held": 0,
+            "waiting": 0,
+        }
+    finally:
+        for wire in wires + probes:
+            wire.close()
