@@ -283,8 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-push",
         action="store_true",
-        help="do not push root changes to subscribed clients; required when several "
-        "servers share one storage (a push covers only commits through this process)",
+        help="do not push root changes to subscribed clients (they read the root on every "
+        "query); no longer needed for several servers on one Redis, whose commits reach "
+        "every server through pub/sub; still needed for several servers on one SQLite file",
     )
     serve.add_argument(
         "--default-max-bytes",
