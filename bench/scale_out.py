@@ -24,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import select
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from bench.server_vs_redis import (
     TENANT,
     cli,
     cpu_seconds,
+    release_together,
     start_redis,
     start_server,
     stop,
@@ -127,19 +127,7 @@ def run(
             )
         )
     try:
-        for proc in procs:
-            if proc.stdout.readline().strip() != "ready":
-                raise SystemExit(f"a {kind} worker failed to start")
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            ready, _, _ = select.select([proc.stdout], [], [], args.seconds + 60)
-            if not ready:
-                raise SystemExit(f"a {kind} worker hung")
-            results.append(json.loads(proc.stdout.readline()))
+        results, before = release_together(procs, pids, args.seconds, kind)
     finally:
         for proc in procs:
             stop(proc)

@@ -388,7 +388,10 @@ class BlobServer:
             self._gc_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
-        if self._changes is not None:
+        if self._changes is not None:  # what the feed of root changes did, for operators
+            log_event(
+                logging.INFO, "root_changes", pushes=self.pushes_sent, **self._changes.stats()
+            )
             with contextlib.suppress(Exception):
                 await self._changes.aclose()
         with contextlib.suppress(Exception):
