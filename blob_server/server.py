@@ -752,7 +752,12 @@ class BlobServer:
             raise RequestError(protocol.BAD_REQUEST, "already logged in")
         challenge, session.challenge = session.challenge, None  # single use, whatever happens
         try:
-            tenant, public_key = self.auth.login(session.address, challenge, args)
+            tenant, public_key = self.auth.login(
+                session.address,
+                challenge,
+                args,
+                lambda claimed: self._tenant_limits(claimed).max_login_failures,
+            )
         except LoginRefusedError as exc:
             log_event(
                 logging.WARNING,
