@@ -108,6 +108,8 @@ log = logging.getLogger(__name__)
 NAMESPACE_KEY = b"zdb:ns"
 GC_SCOPES_KEY = b"zdb:gc"
 NAMESPACE_KEY_SIZE = 32
+#: A channel the storage publishes on once, to find out whether an ACL forbids it.
+PUBLISH_PROBE = b"zdb:probe"
 _GC_BATCH = 500  # garbage entries per GC script run: keeps Redis responsive to committers
 
 # Shared by the scripts that write: tenant usage and quotas. ``zdb:{T}:u`` holds the
@@ -561,12 +563,21 @@ class RedisStorage(Storage):
         return key
 
     def _check_server(self) -> None:
-        """Refuse a Redis that evicts keys; warn about one that does not persist them.
+        """Refuse a Redis that evicts keys or will not let this user publish root changes;
+        warn about one that does not persist them.
 
         An evicted blob or root would look like tampering to every client. Durability is
         the operator's choice (AOF with ``appendfsync everysec`` or ``always``), so only
         a warning: the tests run a throwaway server without persistence on purpose.
         """
+        try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
+            self._redis.publish(PUBLISH_PROBE, b"0")
+        except ResponseError as exc:
+            raise StorageUnavailableError(
+                f"Redis at {self.url} does not let this user publish on the zdb:* channels "
+                f"({exc}); every commit announces its new root there: grant them "
+                "(ACL SETUSER <user> &zdb:*)"
+            ) from None
         info = self._redis.info()
         policy = info.get("maxmemory_policy", "noeviction")
         if policy != "noeviction":
