@@ -121,7 +121,12 @@ from blob_server.storage.base import (
     Quota,
     RootChanges,
 )
-from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
+from blob_server.storage.validation import (
+    MAX_NAME_LENGTH,
+    are_blob_ids,
+    check_retention,
+    check_seq,
+)
 
 #: Seconds a tenant's fairness limits are taken from the tenants file before it is looked
 #: at again (a stat): changes apply within this time, and no request pays for the stat.
@@ -920,6 +925,10 @@ class BlobServer:
         staged = _blob_ids(staged, "staged ids")
         garbage = _blob_ids(args["garbage"], "garbage ids")
         database = _database(args)
+        try:  # before the lease: a malformed commit is refused, never told to wait
+            check_seq(args["expected_seq"])
+        except InvalidRequestError as exc:
+            raise RequestError(protocol.BAD_REQUEST, str(exc)) from None
         leases = self.leases if "lease" in args else None
         if leases is not None and await self._storage_async(
             leases.held_by_other(session.tenant, database, token)

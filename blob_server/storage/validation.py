@@ -101,12 +101,17 @@ def check_blobs(blobs: object) -> list[tuple[bytes, bytes]]:
     return [(check_blob_id(k), check_data(v, "blob")) for k, v in blobs.items()]
 
 
+def check_seq(value: object, what: str = "expected_seq") -> int:
+    """Return ``value`` if it is a root seq a client may name (0 to 2**62)."""
+    return check_int(value, what, low=0, high=2**62)
+
+
 def check_commit(
     expected_seq: object, root: object, blobs: object, garbage: object, staged: object = ()
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]], list[bytes], list[bytes]]:
     """Return the checked arguments of a commit: seq, root, (id, data) pairs, garbage ids
     and staged ids."""
-    seq = check_int(expected_seq, "expected_seq", low=0, high=2**62)
+    seq = check_seq(expected_seq)
     root_data = check_data(root, "root")
     pairs = check_blobs(blobs)
     dead = check_ids(garbage, "garbage ids", limit=MAX_COMMIT_IDS)

@@ -305,6 +305,18 @@ def test_malformed_lease_requests_are_refused(wire, op, args):
     assert not answer.ok and answer.result[0] == protocol.BAD_REQUEST
 
 
+@pytest.mark.parametrize("expected_seq", [-1, 2**62 + 1])
+def test_a_malformed_commit_is_refused_even_while_another_client_holds_the_lease(
+    wire, expected_seq
+):
+    """The request is checked before the lease: a bad seq is a bad request, not a
+    ``wait`` (found by the long fuzz run)."""
+    holder, other = wire(), wire()
+    assert acquire(holder).result["granted"]
+    answer = commit(other, expected_seq, b"r", lease=None)
+    assert not answer.ok and answer.result[0] == protocol.BAD_REQUEST
+
+
 def test_a_connection_holds_a_bounded_number_of_leases(wire):
     w = wire()
     for n in range(protocol.MAX_SUBSCRIPTIONS):
