@@ -47,7 +47,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import msgpack
 from coincurve import PrivateKey
@@ -228,7 +228,7 @@ class KeyFile:
 
     __str__ = __repr__
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("key material must not be pickled or copied out of process")
 
 
