@@ -75,7 +75,7 @@ class Pending:
 
     # -- writes ---------------------------------------------------------------------
 
-    def put(self, key: bytes, value: bytes, live: bool) -> None:
+    def put(self, key: bytes, value: bytes | tuple[Any, ...], live: bool) -> None:
         """Set ``key`` to ``value``; ``live``: whether the key is live in the snapshot
         (only asked when this transaction has not touched the key yet)."""
         prior = self.entries.get(key)
