@@ -69,7 +69,7 @@ def change_passphrase(
     new: str | bytes,
     *,
     username: str = "root",
-    key_file: str | os.PathLike | None = None,
+    key_file: str | os.PathLike[str] | None = None,
     kdf: str | None = None,
 ) -> dict[str, object]:
     """Re-wrap the keyring of ``username`` in ``db`` (and re-seal ``key_file``, a path,

@@ -18,8 +18,10 @@ from collections.abc import Callable, Generator, Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from zerodb_core.crypto.blobs import BlobKind
+
 # What a reader asks for: a node id, or ``(blob id, blob kind)`` for other kinds of blob.
-BlobRequest = bytes | tuple[bytes, int]
+BlobRequest = bytes | tuple[bytes, BlobKind]
 # A read coroutine: yields lists of requests, receives {request: object}, returns its result.
 Reader = Generator[Sequence[BlobRequest], dict[BlobRequest, Any], Any]
 
