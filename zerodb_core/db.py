@@ -46,7 +46,7 @@ from zerodb_core.lsm import (
     small_runs,
 )
 from zerodb_core.models import Model
-from zerodb_core.records import RecordBlob, value_prefixes
+from zerodb_core.records import Fields, RecordBlob, value_prefixes
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
 from zerodb_core.schema import IndexSpec
 from zerodb_core.serialization import pack, unpack
@@ -121,14 +121,14 @@ class DB:
         database: str = DEFAULT_DATABASE,
         kdf: str | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        freshness_path: str | os.PathLike | None = None,
+        freshness_path: str | os.PathLike[str] | None = None,
         delay: float = 0.0,
         node_bytes: int | None = None,
         merge_factor: int = MERGE_FACTOR,
         isolation: str = SERIALIZABLE,
-        key_file: str | os.PathLike | KeyFile | None = None,
+        key_file: str | os.PathLike[str] | KeyFile | None = None,
         tls: bool | ssl.SSLContext | None = None,
-        ca_file: str | os.PathLike | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
         freshness: FreshnessTracker | None = None,
         pool_size: int | None = None,
@@ -194,7 +194,10 @@ class DB:
         if self.transport.put_keyring(self.database, slot, blob, expected=None):
             return keyring
         # Someone created it meanwhile: use theirs.
-        return Keyring.open(self.transport.get_keyring(self.database, slot), password, **where)
+        theirs = self.transport.get_keyring(self.database, slot)
+        if theirs is None:
+            raise IntegrityError("the store refused a new keyring but holds none")
+        return Keyring.open(theirs, password, **where)
 
     def reload_keyring(self) -> None:
         """Read the keyring again (a key epoch was rotated): seal with its current epoch
@@ -433,7 +436,7 @@ class DB:
             txn.apply(EnsureModel(spec))
         self._checked_catalog[model] = txn.catalog
 
-    def track_loaded(self, obj: Model, fields: dict) -> None:
+    def track_loaded(self, obj: Model, fields: Fields) -> None:
         """Remember objects read inside a transaction so changes to them are saved."""
         stack = self._txn_stack
         if stack:
