@@ -22,7 +22,8 @@ from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import NodeSizes, Run, RunRef, build_run_of
+from zerodb_core.btree import Leaf, NodeSizes, Run, RunRef, build_run_of
+from zerodb_core.btree.run import Segment
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -726,15 +727,19 @@ def _newest(runs: tuple[RunRef, ...]) -> int | None:
     return None if None in seqs else max(seqs)
 
 
-def _prefixes(index: IndexSpec, segments: list) -> list[bytes]:
+def _prefixes(index: IndexSpec, segments: list[Segment]) -> list[bytes] | None:
     """The values of a merged run of ``index`` (for its filter): of the new entries and
-    of the leaves kept."""
+    of the leaves kept. None (no filter) when a leaf is kept unread: only runs without
+    filters are merged so (``merge_reader``), and they lack one because their values
+    were too many for it, as the merged run's are."""
     out: list[bytes] = []
     for segment in segments:
         if isinstance(segment, tuple):  # new entries
             keys, values = segment[0], segment[1]
-        else:  # a leaf kept
+        elif isinstance(segment, Leaf):  # a leaf kept, read
             keys, values = segment.keys, segment.values
+        else:  # a leaf kept unread (KeptLeaf); postings are never filtered
+            return None
         out += value_prefixes(index, keys, values)
     return out
 
