@@ -23,6 +23,7 @@ from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
 from zerodb_core.btree import Leaf, NodeSizes, Run, RunRef, build_run_of
+from zerodb_core.btree.node import Stored
 from zerodb_core.btree.run import Segment
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
@@ -56,6 +57,7 @@ from zerodb_core.transaction import (
     EnsureModel,
     MergeRuns,
     PutRecords,
+    Savepoint,
     Transaction,
     View,
 )
@@ -68,6 +70,16 @@ if TYPE_CHECKING:
 
 DEFAULT_DATABASE = "main"
 T = TypeVar("T")
+
+# What DB() opens: a URL, a blob server's (host, port), a storage or a transport.
+type Store = str | tuple[str, int] | Storage | Transport
+# A key file: its path (opened with the passphrase), or one already opened.
+type KeyFileArg = str | os.PathLike[str] | KeyFile | None
+# An open transaction block: (its transaction, the savepoint a nested block rolls back
+# to; None for the outermost)
+type _Block = tuple[Transaction, Savepoint | None]
+# A merge: (tree, neighbouring runs, whether the oldest run of the tree is among them)
+type _MergeJob = tuple[str, tuple[RunRef, ...], bool]
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
 MAX_COMMIT_RETRIES = 32
 # Before each replay a client waits a random time below 2 ms, 4 ms, ... 256 ms (full
@@ -115,7 +127,7 @@ class DB:
 
     def __init__(
         self,
-        store: str | tuple[str, int] | Storage | Transport,
+        store: Store,
         username: str = "root",
         password: str | bytes | None = None,
         *,
@@ -127,7 +139,7 @@ class DB:
         node_bytes: int | None = None,
         merge_factor: int = MERGE_FACTOR,
         isolation: str = SERIALIZABLE,
-        key_file: str | os.PathLike[str] | KeyFile | None = None,
+        key_file: KeyFileArg = None,
         tls: bool | ssl.SSLContext | None = None,
         ca_file: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
@@ -276,8 +288,12 @@ class DB:
     # -- snapshots and transactions --------------------------------------------------------
 
     @property
-    def _txn_stack(self) -> list:
-        stack = getattr(self._local, "stack", None)
+    def _txn_stack(self) -> list[tuple[Transaction, Savepoint | None]]:
+        """This thread's open transaction blocks: (the transaction, the savepoint a
+        nested block rolls back to; None for the outermost)."""
+        stack: list[tuple[Transaction, Savepoint | None]] | None = getattr(
+            self._local, "stack", None
+        )
         if stack is None:
             stack = self._local.stack = []
         return stack
@@ -564,7 +580,9 @@ class DB:
         except (OperationalError, IntegrityError) as exc:
             logger.warning("commit lease of %r not given back: %s", self.database, exc)
 
-    def _seal(self, objects: list, sealed: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    def _seal(
+        self, objects: list[Stored | RecordBlob], sealed: dict[bytes, bytes]
+    ) -> dict[bytes, bytes]:
         """Seal new nodes and record blobs (those sealed by an earlier attempt of the same
         commit are reused from ``sealed``)."""
         blobs: dict[bytes, bytes] = {}
@@ -642,7 +660,7 @@ class DB:
             self._merge(state, jobs)
         return len(jobs)
 
-    def _merge(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
+    def _merge(self, state: RootState, jobs: list[_MergeJob]) -> None:
         """Merge each ``(tree, neighbouring runs, whether the oldest is among them)``
         into one run, in one commit."""
         before = self.transport.counters.snapshot()
@@ -654,14 +672,15 @@ class DB:
                 self._merge_cost[name] += after[name] - before[name]
         self._merges += 1
 
-    def _merge_commit(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
+    def _merge_commit(self, state: RootState, jobs: list[_MergeJob]) -> None:
         txn = Transaction(self.source, state, sizes=self.sizes)
         readers = [
             (merge_postings_reader if txn.is_text(name) else merge_reader)(runs, bottom)
             for name, runs, bottom in jobs
         ]
         for (name, runs, _), (segments, garbage) in zip(jobs, txn.run(readers)):
-            output, nodes = None, []
+            output: RunRef | None = None
+            nodes: list[Stored] = []
             if segments:
                 index = txn.filtered_index(name)
                 output, nodes = build_run_of(
@@ -723,8 +742,8 @@ class DB:
 
 def _newest(runs: tuple[RunRef, ...]) -> int | None:
     """The seq of the newest commit a merge of ``runs`` holds entries of (None: unknown)."""
-    seqs = [run.newest for run in runs]
-    return None if None in seqs else max(seqs)
+    seqs = [run.newest for run in runs if run.newest is not None]
+    return None if len(seqs) < len(runs) else max(seqs)
 
 
 def _prefixes(index: IndexSpec, segments: list[Segment]) -> list[bytes] | None:
@@ -745,7 +764,12 @@ def _prefixes(index: IndexSpec, segments: list[Segment]) -> list[bytes] | None:
 
 
 def _open_transport(
-    store, delay: float, *, key_file=None, password=None, remote: dict | None = None
+    store: Store,
+    delay: float,
+    *,
+    key_file: KeyFileArg = None,
+    password: str | bytes,
+    remote: dict[str, Any] | None = None,
 ) -> Transport:
     given = sorted(name for name, value in (remote or {}).items() if value is not None)
     if given and not isinstance(store, tuple):
@@ -761,7 +785,13 @@ def _open_transport(
     raise QueryError(f"unknown store {store!r}")
 
 
-def _open_remote(address: tuple, delay: float, key_file, password, remote: dict) -> Transport:
+def _open_remote(
+    address: tuple[str, int],
+    delay: float,
+    key_file: KeyFileArg,
+    password: str | bytes,
+    remote: dict[str, Any],
+) -> Transport:
     """Log in to the blob server at ``(host, port)`` with the key file's login key.
 
     The key file (``key_file=`` or ``$ZERODB_KEY_FILE``) is a path opened with the
@@ -780,15 +810,14 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")
-    key_file = key_file if key_file is not None else os.environ.get("ZERODB_KEY_FILE")
-    if key_file is None:
+    given = key_file if key_file is not None else os.environ.get("ZERODB_KEY_FILE")
+    if given is None:
         raise NotSupportedError(
             "a blob server needs a key file: DB((host, port), ..., key_file=PATH) "
             "(create one with `python -m zerodb_core.keyfile create`)"
         )
-    key_path = None if isinstance(key_file, KeyFile) else key_file
-    if key_path is not None:
-        key_file = KeyFile.load(key_path, password)
+    key_path = None if isinstance(given, KeyFile) else given
+    key_file = given if isinstance(given, KeyFile) else KeyFile.load(given, password)
     transport = RemoteTransport(
         address[0],
         address[1],
@@ -809,7 +838,9 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
     return transport
 
 
-def _freshness_for(store, path, key_file=None) -> FreshnessTracker:
+def _freshness_for(
+    store: Store, path: str | os.PathLike[str] | None, key_file: KeyFileArg = None
+) -> FreshnessTracker:
     """Where the highest root seen is remembered: the given path, else beside the SQLite
     file or the key file (both trusted local files of this client), else in memory."""
     if path is not None:
