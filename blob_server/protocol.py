@@ -111,6 +111,10 @@ class FrameTooLargeError(ProtocolError):
     """A frame header announced more than the limit; the stream cannot be resynchronised."""
 
 
+# A frame body: bytes, or the buffer a receiver read it into (decoded without a copy).
+Body = bytes | bytearray | memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     request_id: int
@@ -291,7 +295,7 @@ def _refuse_ext(code: int, data: bytes) -> object:
     raise ValueError(f"msgpack ext type {code} is not part of the protocol")
 
 
-def decode_body(body: bytes) -> object:
+def decode_body(body: Body) -> object:
     """Decode one msgpack body strictly; raise ``ProtocolError`` on anything malformed."""
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError("frame too large", code=TOO_LARGE)
@@ -313,7 +317,7 @@ def _request_id(value: object) -> int | None:
     return None
 
 
-def parse_request(body: bytes) -> Request:
+def parse_request(body: Body) -> Request:
     """Decode a request body; raise ``ProtocolError`` (with the request id if known)."""
     obj = decode_body(body)
     if type(obj) is not list or len(obj) != 3:
@@ -331,12 +335,12 @@ def parse_request(body: bytes) -> Request:
     return Request(request_id, op, args)
 
 
-def parse_response(body: bytes) -> Response:
+def parse_response(body: Body) -> Response:
     """Decode a response body; raise ``ProtocolError`` on any malformed shape (a push too)."""
     return _response(decode_body(body))
 
 
-def parse_server_frame(body: bytes) -> Response | Push:
+def parse_server_frame(body: Body) -> Response | Push:
     """Decode anything a server may send: an answer, or a root push (request id 0).
 
     Raise ``ProtocolError`` on any malformed shape, including a push whose fields have the
