@@ -45,6 +45,7 @@ demo-native: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(SOURCES)
 	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format $(SOURCES)
@@ -99,4 +100,4 @@ matrix: $(STAMP)
 	$(VENV)/bin/nox $(MATRIX_ARGS)
 
 clean:
-	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .nox .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info

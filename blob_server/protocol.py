@@ -37,7 +37,7 @@ import asyncio
 import hashlib
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -111,11 +111,15 @@ class FrameTooLargeError(ProtocolError):
     """A frame header announced more than the limit; the stream cannot be resynchronised."""
 
 
+# A frame body: bytes, or the buffer a receiver read it into (decoded without a copy).
+Body = bytes | bytearray | memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     request_id: int
     op: str
-    args: dict
+    args: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,18 +178,18 @@ class FramePacker:
             self._packer = msgpack.Packer(use_bin_type=True)
         return LENGTH.pack(len(_checked(body))), body
 
-    def request(self, request_id: int, op: str, args: dict) -> tuple[bytes, bytes]:
+    def request(self, request_id: int, op: str, args: dict[str, Any]) -> tuple[bytes, bytes]:
         """The frame of one request, as (header, body)."""
         return self.parts([request_id, op, args])
 
-    def ok(self, request_id: int, result: object) -> tuple[bytes, ...]:
+    def ok(self, request_id: int, result: object) -> tuple[bytes | memoryview, ...]:
         """The frame of a successful answer, as (header, body), or for a ``BlobsResult``
         as the header and the body in pieces (see ``blobs``)."""
         if type(result) is BlobsResult:
             return self.blobs(request_id, result)
         return self.parts([request_id, OK, result])
 
-    def blobs(self, request_id: int, result: BlobsResult) -> tuple[bytes, ...]:
+    def blobs(self, request_id: int, result: BlobsResult) -> tuple[bytes | memoryview, ...]:
         """The frame of a get_blobs answer as the header, then the body in pieces that
         refer to the blobs instead of copying them.
 
@@ -212,7 +216,8 @@ class FramePacker:
             heads[0] = prefix + heads[0]
         else:
             tail = prefix + tail
-        pieces: list[bytes] = [b""] * (2 * len(heads) + 2)  # the length header goes first
+        # the length header goes first; blobs are bytes or read-only views, as given
+        pieces: list[bytes | memoryview] = [b""] * (2 * len(heads) + 2)
         pieces[1:-1:2] = heads
         pieces[2:-1:2] = result.blobs.values()
         pieces[-1] = tail
@@ -234,12 +239,12 @@ class BlobsResult:
     ``storage.resp`` reads into).
     """
 
-    blobs: dict[bytes, bytes | memoryview]
+    blobs: Mapping[bytes, bytes | memoryview]
     deferred: list[bytes]
 
 
 def _entry_heads(
-    blobs: dict[bytes, bytes | memoryview], pack: Callable[[object], bytes]
+    blobs: Mapping[bytes, bytes | memoryview], pack: Callable[[object], bytes]
 ) -> list[bytes]:
     """The msgpack bytes before each blob of a blobs map: its key, packed, and its own
     ``bin`` header.
@@ -268,7 +273,7 @@ def _bin_header(size: int) -> bytes:
     return BIN32.pack(0xC6, size)
 
 
-def request_frame(request_id: int, op: str, args: dict) -> bytes:
+def request_frame(request_id: int, op: str, args: dict[str, Any]) -> bytes:
     """Return the frame of one request."""
     return _pack([request_id, op, args])
 
@@ -290,7 +295,7 @@ def _refuse_ext(code: int, data: bytes) -> object:
     raise ValueError(f"msgpack ext type {code} is not part of the protocol")
 
 
-def decode_body(body: bytes) -> object:
+def decode_body(body: Body) -> object:
     """Decode one msgpack body strictly; raise ``ProtocolError`` on anything malformed."""
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError("frame too large", code=TOO_LARGE)
@@ -312,7 +317,7 @@ def _request_id(value: object) -> int | None:
     return None
 
 
-def parse_request(body: bytes) -> Request:
+def parse_request(body: Body) -> Request:
     """Decode a request body; raise ``ProtocolError`` (with the request id if known)."""
     obj = decode_body(body)
     if type(obj) is not list or len(obj) != 3:
@@ -330,12 +335,12 @@ def parse_request(body: bytes) -> Request:
     return Request(request_id, op, args)
 
 
-def parse_response(body: bytes) -> Response:
+def parse_response(body: Body) -> Response:
     """Decode a response body; raise ``ProtocolError`` on any malformed shape (a push too)."""
     return _response(decode_body(body))
 
 
-def parse_server_frame(body: bytes) -> Response | Push:
+def parse_server_frame(body: Body) -> Response | Push:
     """Decode anything a server may send: an answer, or a root push (request id 0).
 
     Raise ``ProtocolError`` on any malformed shape, including a push whose fields have the
@@ -385,7 +390,7 @@ def _response(obj: object) -> Response:
 
 def check_length(header: bytes, limit: int = MAX_FRAME_BYTES) -> int:
     """Return the body length announced by a 4-byte header, refusing oversized frames."""
-    (length,) = LENGTH.unpack(header)
+    length: int = LENGTH.unpack(header)[0]
     if length > limit:
         raise FrameTooLargeError(
             f"frame of {length} bytes exceeds the limit of {limit}", code=TOO_LARGE

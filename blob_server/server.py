@@ -624,7 +624,7 @@ class BlobServer:
         tenant: str | None,
         length: int,
         cap: int | None,
-    ) -> tuple[bytes, ...] | None:
+    ) -> tuple[bytes | memoryview, ...] | None:
         """Answer ``busy`` to a frame that found no room in the frame memory within the
         frame timeout, after reading its body away (holding a chunk at most), so that
         the connection goes on; None if that fails too (the connection must end)."""
@@ -637,7 +637,9 @@ class BlobServer:
             return None
         return (protocol.error_frame(request_id, protocol.BUSY, why),)
 
-    async def _answer(self, session: Session, body: bytes | bytearray) -> tuple[bytes, ...]:
+    async def _answer(
+        self, session: Session, body: bytes | bytearray
+    ) -> tuple[bytes | memoryview, ...]:
         """Return the answer frame to one request body, in parts (never raise)."""
         session.requests += 1
         self.total_requests += 1

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zerodb_core.btree import BlobRequest, node_from_payload
+from zerodb_core.btree.node import Stored
 from zerodb_core.cache import BlobCache
 from zerodb_core.crypto import BlobKind, BlobSealer
 from zerodb_core.exceptions import (
@@ -59,14 +60,14 @@ class BlobSource:
         return self.cache.get(blob_id)
 
     def fetch(self, requests: Sequence[BlobRequest]) -> dict[BlobRequest, Any]:
-        ids = [r if r.__class__ is bytes else r[0] for r in requests]
+        ids = [r if isinstance(r, bytes) else r[0] for r in requests]
         found = self.transport.get_blobs(self.database, ids)
         out: dict[BlobRequest, Any] = {}
         for request, blob_id in zip(requests, ids):
             sealed = found.get(blob_id)
             if sealed is None:
                 raise MissingBlobError(blob_id)
-            kind = BlobKind.NODE if request.__class__ is bytes else request[1]
+            kind = BlobKind.NODE if isinstance(request, bytes) else request[1]
             try:
                 payload = self.sealer.open(kind, blob_id, sealed)
             except UnknownEpochError:
@@ -74,6 +75,7 @@ class BlobSource:
                     raise
                 self.reload_keys()
                 payload = open_after_reload(self.sealer, kind, blob_id, sealed)
+            obj: Stored | RecordBlob
             if kind == BlobKind.NODE:
                 obj = node_from_payload(blob_id, unpack(payload))
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core.exceptions import DoesNotExist, QueryError
@@ -24,7 +25,7 @@ class Collection:
     def table(self) -> Table | None:
         return self.db.current_view().table(self.model.zerodb_name)
 
-    def make(self, pk: Any, fields: dict) -> Model:
+    def make(self, pk: Any, fields: dict[str, Any]) -> Model:
         obj = self.model.from_record(pk, fields)
         self.db.track_loaded(obj, fields)
         return obj
@@ -51,7 +52,7 @@ class Collection:
     def all(self) -> QueryResult:
         return QueryResult(self, None)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:  # objects of the model (as QueryResult)
         return iter(self.all())
 
     def __len__(self) -> int:

@@ -22,7 +22,9 @@ from blob_server.storage import Storage
 from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
-from zerodb_core.btree import NodeSizes, Run, RunRef, build_run_of
+from zerodb_core.btree import Leaf, NodeSizes, Run, RunRef, build_run_of
+from zerodb_core.btree.node import Stored
+from zerodb_core.btree.run import Segment
 from zerodb_core.cache import DEFAULT_CACHE_BYTES, BlobCache
 from zerodb_core.collection import Collection
 from zerodb_core.crypto import BlobKind, BlobSealer, Keyring, digest, slot_name
@@ -46,7 +48,7 @@ from zerodb_core.lsm import (
     small_runs,
 )
 from zerodb_core.models import Model
-from zerodb_core.records import RecordBlob, value_prefixes
+from zerodb_core.records import Fields, RecordBlob, value_prefixes
 from zerodb_core.rootstate import EMPTY_STATE, RootState, build_payload, parse_payload, root_blob_id
 from zerodb_core.schema import IndexSpec
 from zerodb_core.serialization import pack, unpack
@@ -55,6 +57,7 @@ from zerodb_core.transaction import (
     EnsureModel,
     MergeRuns,
     PutRecords,
+    Savepoint,
     Transaction,
     View,
 )
@@ -67,6 +70,16 @@ if TYPE_CHECKING:
 
 DEFAULT_DATABASE = "main"
 T = TypeVar("T")
+
+# What DB() opens: a URL, a blob server's (host, port), a storage or a transport.
+type Store = str | tuple[str, int] | Storage | Transport
+# A key file: its path (opened with the passphrase), or one already opened.
+type KeyFileArg = str | os.PathLike[str] | KeyFile | None
+# An open transaction block: (its transaction, the savepoint a nested block rolls back
+# to; None for the outermost)
+type _Block = tuple[Transaction, Savepoint | None]
+# A merge: (tree, neighbouring runs, whether the oldest run of the tree is among them)
+type _MergeJob = tuple[str, tuple[RunRef, ...], bool]
 # Commits that meet a concurrent commit are replayed on the newer root this many times.
 MAX_COMMIT_RETRIES = 32
 # Before each replay a client waits a random time below 2 ms, 4 ms, ... 256 ms (full
@@ -114,21 +127,21 @@ class DB:
 
     def __init__(
         self,
-        store: str | tuple[str, int] | Storage | Transport,
+        store: Store,
         username: str = "root",
         password: str | bytes | None = None,
         *,
         database: str = DEFAULT_DATABASE,
         kdf: str | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
-        freshness_path: str | os.PathLike | None = None,
+        freshness_path: str | os.PathLike[str] | None = None,
         delay: float = 0.0,
         node_bytes: int | None = None,
         merge_factor: int = MERGE_FACTOR,
         isolation: str = SERIALIZABLE,
-        key_file: str | os.PathLike | KeyFile | None = None,
+        key_file: KeyFileArg = None,
         tls: bool | ssl.SSLContext | None = None,
-        ca_file: str | os.PathLike | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
         freshness: FreshnessTracker | None = None,
         pool_size: int | None = None,
@@ -194,7 +207,10 @@ class DB:
         if self.transport.put_keyring(self.database, slot, blob, expected=None):
             return keyring
         # Someone created it meanwhile: use theirs.
-        return Keyring.open(self.transport.get_keyring(self.database, slot), password, **where)
+        theirs = self.transport.get_keyring(self.database, slot)
+        if theirs is None:
+            raise IntegrityError("the store refused a new keyring but holds none")
+        return Keyring.open(theirs, password, **where)
 
     def reload_keyring(self) -> None:
         """Read the keyring again (a key epoch was rotated): seal with its current epoch
@@ -272,8 +288,12 @@ class DB:
     # -- snapshots and transactions --------------------------------------------------------
 
     @property
-    def _txn_stack(self) -> list:
-        stack = getattr(self._local, "stack", None)
+    def _txn_stack(self) -> list[tuple[Transaction, Savepoint | None]]:
+        """This thread's open transaction blocks: (the transaction, the savepoint a
+        nested block rolls back to; None for the outermost)."""
+        stack: list[tuple[Transaction, Savepoint | None]] | None = getattr(
+            self._local, "stack", None
+        )
         if stack is None:
             stack = self._local.stack = []
         return stack
@@ -433,7 +453,7 @@ class DB:
             txn.apply(EnsureModel(spec))
         self._checked_catalog[model] = txn.catalog
 
-    def track_loaded(self, obj: Model, fields: dict) -> None:
+    def track_loaded(self, obj: Model, fields: Fields) -> None:
         """Remember objects read inside a transaction so changes to them are saved."""
         stack = self._txn_stack
         if stack:
@@ -560,7 +580,9 @@ class DB:
         except (OperationalError, IntegrityError) as exc:
             logger.warning("commit lease of %r not given back: %s", self.database, exc)
 
-    def _seal(self, objects: list, sealed: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    def _seal(
+        self, objects: list[Stored | RecordBlob], sealed: dict[bytes, bytes]
+    ) -> dict[bytes, bytes]:
         """Seal new nodes and record blobs (those sealed by an earlier attempt of the same
         commit are reused from ``sealed``)."""
         blobs: dict[bytes, bytes] = {}
@@ -638,7 +660,7 @@ class DB:
             self._merge(state, jobs)
         return len(jobs)
 
-    def _merge(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
+    def _merge(self, state: RootState, jobs: list[_MergeJob]) -> None:
         """Merge each ``(tree, neighbouring runs, whether the oldest is among them)``
         into one run, in one commit."""
         before = self.transport.counters.snapshot()
@@ -650,14 +672,15 @@ class DB:
                 self._merge_cost[name] += after[name] - before[name]
         self._merges += 1
 
-    def _merge_commit(self, state: RootState, jobs: list[tuple[str, tuple, bool]]) -> None:
+    def _merge_commit(self, state: RootState, jobs: list[_MergeJob]) -> None:
         txn = Transaction(self.source, state, sizes=self.sizes)
         readers = [
             (merge_postings_reader if txn.is_text(name) else merge_reader)(runs, bottom)
             for name, runs, bottom in jobs
         ]
         for (name, runs, _), (segments, garbage) in zip(jobs, txn.run(readers)):
-            output, nodes = None, []
+            output: RunRef | None = None
+            nodes: list[Stored] = []
             if segments:
                 index = txn.filtered_index(name)
                 output, nodes = build_run_of(
@@ -719,25 +742,34 @@ class DB:
 
 def _newest(runs: tuple[RunRef, ...]) -> int | None:
     """The seq of the newest commit a merge of ``runs`` holds entries of (None: unknown)."""
-    seqs = [run.newest for run in runs]
-    return None if None in seqs else max(seqs)
+    seqs = [run.newest for run in runs if run.newest is not None]
+    return None if len(seqs) < len(runs) else max(seqs)
 
 
-def _prefixes(index: IndexSpec, segments: list) -> list[bytes]:
+def _prefixes(index: IndexSpec, segments: list[Segment]) -> list[bytes] | None:
     """The values of a merged run of ``index`` (for its filter): of the new entries and
-    of the leaves kept."""
+    of the leaves kept. None (no filter) when a leaf is kept unread: only runs without
+    filters are merged so (``merge_reader``), and they lack one because their values
+    were too many for it, as the merged run's are."""
     out: list[bytes] = []
     for segment in segments:
         if isinstance(segment, tuple):  # new entries
             keys, values = segment[0], segment[1]
-        else:  # a leaf kept
+        elif isinstance(segment, Leaf):  # a leaf kept, read
             keys, values = segment.keys, segment.values
+        else:  # a leaf kept unread (KeptLeaf); postings are never filtered
+            return None
         out += value_prefixes(index, keys, values)
     return out
 
 
 def _open_transport(
-    store, delay: float, *, key_file=None, password=None, remote: dict | None = None
+    store: Store,
+    delay: float,
+    *,
+    key_file: KeyFileArg = None,
+    password: str | bytes,
+    remote: dict[str, Any] | None = None,
 ) -> Transport:
     given = sorted(name for name, value in (remote or {}).items() if value is not None)
     if given and not isinstance(store, tuple):
@@ -753,7 +785,13 @@ def _open_transport(
     raise QueryError(f"unknown store {store!r}")
 
 
-def _open_remote(address: tuple, delay: float, key_file, password, remote: dict) -> Transport:
+def _open_remote(
+    address: tuple[str, int],
+    delay: float,
+    key_file: KeyFileArg,
+    password: str | bytes,
+    remote: dict[str, Any],
+) -> Transport:
     """Log in to the blob server at ``(host, port)`` with the key file's login key.
 
     The key file (``key_file=`` or ``$ZERODB_KEY_FILE``) is a path opened with the
@@ -772,15 +810,14 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")
-    key_file = key_file if key_file is not None else os.environ.get("ZERODB_KEY_FILE")
-    if key_file is None:
+    given = key_file if key_file is not None else os.environ.get("ZERODB_KEY_FILE")
+    if given is None:
         raise NotSupportedError(
             "a blob server needs a key file: DB((host, port), ..., key_file=PATH) "
             "(create one with `python -m zerodb_core.keyfile create`)"
         )
-    key_path = None if isinstance(key_file, KeyFile) else key_file
-    if key_path is not None:
-        key_file = KeyFile.load(key_path, password)
+    key_path = None if isinstance(given, KeyFile) else given
+    key_file = given if isinstance(given, KeyFile) else KeyFile.load(given, password)
     transport = RemoteTransport(
         address[0],
         address[1],
@@ -801,7 +838,9 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
     return transport
 
 
-def _freshness_for(store, path, key_file=None) -> FreshnessTracker:
+def _freshness_for(
+    store: Store, path: str | os.PathLike[str] | None, key_file: KeyFileArg = None
+) -> FreshnessTracker:
     """Where the highest root seen is remembered: the given path, else beside the SQLite
     file or the key file (both trusted local files of this client), else in memory."""
     if path is not None:

@@ -19,7 +19,9 @@ import itertools
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zerodb_core import DB
 from zerodb_core.models import Field, Model, Text
@@ -40,7 +42,7 @@ TOPICS = [
 ]
 
 
-def fake_employee(rng: random.Random, salary_step: int = 500) -> dict:
+def fake_employee(rng: random.Random, salary_step: int = 500) -> dict[str, Any]:
     """The fields of a made-up employee (the demo, the tests and the benchmark share it)."""
     return {
         "name": rng.choice(FIRST),
@@ -87,12 +89,15 @@ def _vocabulary(size: int, seed: int = 5000) -> tuple[str, ...]:
 #: The vocabulary of realistic descriptions, most frequent word first.
 VOCABULARY = _vocabulary(VOCABULARY_SIZE)
 #: Cumulative Zipf weights of ``VOCABULARY``: rank r has weight 1 / r**ZIPF_S.
-_CUM_WEIGHTS = tuple(itertools.accumulate(1 / r**ZIPF_S for r in range(1, VOCABULARY_SIZE + 1)))
+_CUM_WEIGHTS: tuple[float, ...] = tuple(
+    itertools.accumulate(1 / r**ZIPF_S for r in range(1, VOCABULARY_SIZE + 1))
+)
 
 
 def zipf_probability(rank: int) -> float:
     """The probability of the word of ``rank`` (1 = the most frequent) at each position."""
-    return (1 / rank**ZIPF_S) / _CUM_WEIGHTS[-1]
+    weight: float = rank**-ZIPF_S  # (an int to a float power: typed Any)
+    return weight / _CUM_WEIGHTS[-1]
 
 
 def realistic_description(rng: random.Random, words: int = DESCRIPTION_WORDS) -> str:
@@ -101,7 +106,7 @@ def realistic_description(rng: random.Random, words: int = DESCRIPTION_WORDS) ->
     return " ".join(drawn).capitalize() + "."
 
 
-def realistic_employee(rng: random.Random) -> dict:
+def realistic_employee(rng: random.Random) -> dict[str, Any]:
     """The fields of an employee with a realistic description (salaries in steps of 10,
     so a 200-wide salary range holds about 100 people in 100,000)."""
     return {
@@ -112,13 +117,13 @@ def realistic_employee(rng: random.Random) -> dict:
     }
 
 
-def realistic_employees(n: int, seed: int) -> list[dict]:
+def realistic_employees(n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` realistic employees, the same for the same seed."""
     rng = random.Random(seed)
     return [realistic_employee(rng) for _ in range(n)]
 
 
-def plaintext_bytes(fields: dict) -> int:
+def plaintext_bytes(fields: dict[str, Any]) -> int:
     """The size of a record's fields as the store packs them before encryption (msgpack):
     what "bytes sent per plaintext byte" divides by."""
     return len(pack(fields))
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print(f"reusing {len(people)} encrypted employees in {args.store}")
 
-    def measure(label, fn):
+    def measure(label: str, fn: Callable[[], object]) -> None:
         before = db.stats()["round_trips"]
         value = fn()
         print(f"  {label}: {value}   [{db.stats()['round_trips'] - before} round trips]")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import datetime as _dt
 import struct
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -173,10 +174,10 @@ def _encode_float(value: float) -> bytes:
 
 def _encode_decimal(value: Decimal) -> bytes:
     sign, digit_tuple, exponent = value.as_tuple()
-    if exponent in ("n", "N"):  # quiet and signalling NaN
-        return _NAN_KEY
     if exponent == "F":
         return _NEG_INF_KEY if sign else _POS_INF_KEY
+    if isinstance(exponent, str):  # "n", "N": quiet and signalling NaN
+        return _NAN_KEY
     s = "".join(map(str, digit_tuple)).lstrip("0")
     if not s:
         return _ZERO_KEY  # 0, -0, 0E+5, 0.000
@@ -247,13 +248,16 @@ def _encode_uuid(value: uuid.UUID) -> bytes:
     return bytes([UUID]) + value.bytes
 
 
-def _encode_nested(value: tuple) -> bytes:
+def _encode_nested(value: tuple[Any, ...]) -> bytes:
     # Every element starts with a tag >= 0x01, so the 0x00 terminator puts a tuple before
     # its extensions.
     return _TUPLE + b"".join(map(encode_key, value)) + b"\x00"
 
 
-_ENCODERS: dict[type, Any] = {
+# The encoders take Any: each is looked up by the value's type, which is what it accepts.
+_Encoder = Callable[[Any], bytes]
+
+_ENCODERS: dict[type, _Encoder] = {
     type(None): lambda value: _NONE_KEY,
     bool: lambda value: _TRUE_KEY if value else _FALSE_KEY,
     int: _encode_int,
@@ -272,7 +276,7 @@ _ENCODERS: dict[type, Any] = {
 }
 
 # For subclasses (IntEnum, str subclasses, ...): checked in order, datetime before date.
-_SUBCLASS_ORDER = (
+_SUBCLASS_ORDER: tuple[tuple[type | tuple[type, ...], _Encoder], ...] = (
     (int, _encode_int),
     (float, _encode_float),
     (Decimal, _encode_decimal),
@@ -301,7 +305,7 @@ def encode_key(value: Any) -> bytes:
     raise QueryError(f"values of type {type(value).__qualname__} cannot be index keys")
 
 
-def encode_tuple(values: tuple) -> bytes:
+def encode_tuple(values: tuple[Any, ...]) -> bytes:
     """Return the key of a composite value: the concatenation of its element encodings.
 
     A tuple's key is a byte prefix of the keys of its extensions, and sorts before them.

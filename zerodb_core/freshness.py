@@ -97,7 +97,7 @@ class FileFreshnessTracker(FreshnessTracker):
     fsync, rename). It holds sequence numbers and digests of ciphertext, nothing secret.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.path = Path(path)
 

@@ -47,7 +47,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import msgpack
 from coincurve import PrivateKey
@@ -164,7 +164,7 @@ class KeyFile:
         return keyfile
 
     def save(
-        self, path: str | os.PathLike, passphrase: str | bytes, *, kdf: str = DEFAULT_PRESET
+        self, path: str | os.PathLike[str], passphrase: str | bytes, *, kdf: str = DEFAULT_PRESET
     ) -> None:
         """Write the sealed file (mode 0600), refusing to overwrite an existing one."""
         data = self.seal(passphrase, kdf=kdf)
@@ -175,14 +175,14 @@ class KeyFile:
             os.fsync(fh.fileno())
 
     @classmethod
-    def load(cls, path: str | os.PathLike, passphrase: str | bytes) -> KeyFile:
+    def load(cls, path: str | os.PathLike[str], passphrase: str | bytes) -> KeyFile:
         """Read and unwrap the key file at ``path``."""
         with open(path, "rb") as fh:
             return cls.open(fh.read(MAX_FILE_BYTES + 1), passphrase)
 
     def pin(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         passphrase: str | bytes,
         server_id: str | None,
         *,
@@ -228,13 +228,13 @@ class KeyFile:
 
     __str__ = __repr__
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("key material must not be pickled or copied out of process")
 
 
 def pin_server(
     keyfile: KeyFile,
-    path: str | os.PathLike | None,
+    path: str | os.PathLike[str] | None,
     passphrase: str | bytes,
     server_id: str | None,
 ) -> None:

@@ -21,10 +21,11 @@ from itertools import chain, islice
 from operator import itemgetter, lt
 from typing import TYPE_CHECKING, Any
 
-from zerodb_core.btree import Reader
+from zerodb_core.btree import BlobRequest, Reader
 from zerodb_core.crypto import BlobKind
 from zerodb_core.encoding import encode_key
 from zerodb_core.exceptions import IntegrityError, QueryError, UniqueViolation
+from zerodb_core.lsm.postings import TextTree
 from zerodb_core.schema import FIELD, POSTINGS, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
 from zerodb_core.serialization import pack, unpack
 from zerodb_core.text import tokenize, trigrams
@@ -44,6 +45,10 @@ SPILLED = b"\x01"
 _NONE_KEY = encode_key(None)
 
 
+# A record's fields by name, as stored (and as a model's from_record takes them).
+Fields = dict[str, Any]
+
+
 @dataclass(slots=True)
 class RecordBlob:
     """A record stored in a blob of its own; dirty until its transaction commits."""
@@ -54,7 +59,7 @@ class RecordBlob:
     kind = BlobKind.RECORD
 
 
-def decode_record(data: bytes) -> tuple[Any, dict]:
+def decode_record(data: bytes) -> tuple[Any, Fields]:
     """Return ``(pk, fields)`` from a record payload, checking its shape."""
     value = unpack(data)
     if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict)):
@@ -67,7 +72,7 @@ def spilled_value_ids(values: Iterable[bytes]) -> list[bytes]:
     return [v[1:] for v in values if v[:1] == SPILLED and len(v) == 17]
 
 
-def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: dict) -> dict[bytes, Any]:
+def index_entries(index: IndexSpec, pk: Any, pk_key: bytes, fields: Fields) -> dict[bytes, Any]:
     """Return the ``{key: value}`` entries ``index`` keeps for one record (values are
     bytes, or postings for a full-text index)."""
     if index.kind in POSTINGS:
@@ -83,7 +88,7 @@ def filtered(index: IndexSpec) -> bool:
     return index.kind not in POSTINGS and len(index.fields) == 1
 
 
-def value_prefixes(index: IndexSpec, keys: Iterable[bytes], values: Iterable[bytes]):
+def value_prefixes(index: IndexSpec, keys: Iterable[bytes], values: Iterable[bytes]) -> list[bytes]:
     """The value part of each entry's key (what the filter of a run of ``index`` holds):
     a field index's keys end with the pk's key, and so do a unique index's keys of None;
     every entry's value (a tombstone's too) is its packed pk."""
@@ -99,7 +104,7 @@ def _pk_key_length(packed_pk: bytes) -> int:
     return len(encode_key(unpack(packed_pk)))
 
 
-def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
+def _field_key(index: IndexSpec, fields: Fields) -> tuple[bytes, bool]:
     """Return the part of an ordered index's key before the pk, and whether the pk follows.
 
     Encodings are prefix-free, so keys order by this part first, then by pk.
@@ -114,8 +119,8 @@ def _field_key(index: IndexSpec, fields: dict) -> tuple[bytes, bool]:
 
 
 def text_entries(
-    index: IndexSpec, pk: Any, pk_key: bytes, fields: dict | None
-) -> tuple[dict[bytes, tuple], int]:
+    index: IndexSpec, pk: Any, pk_key: bytes, fields: Fields | None
+) -> tuple[dict[bytes, tuple[Any, ...]], int]:
     """Return the postings of one document and its length in tokens (for BM25).
 
     A posting is ``term key + pk key -> (term key, pk, document length, positions)``:
@@ -212,11 +217,14 @@ class _IndexChanges:
         self.field = index.fields[0]
         # An ordered index on one field whose keys all end with the pk.
         self.one_field = index.kind == FIELD and len(index.fields) == 1
+        # Entries are (key, value): a packed pk, or a posting of a full-text index.
         self.removed: list[tuple[bytes, Any]] = []
         # Entries of updated records whose key stays and whose value changes.
-        self.replaced: list[tuple[bytes, bytes]] = []
-        self.groups: dict[Any, tuple[bytes, list[bytes], list[bytes]]] = {}
-        self.extra: list[tuple[bytes, bytes]] = []
+        self.replaced: list[tuple[bytes, Any]] = []
+        # An ordered index's: key prefix -> (prefix, keys, packed pks); a full-text
+        # index's: term -> its postings [(pk key, pk, length, positions)].
+        self.groups: dict[Any, Any] = {}
+        self.extra: list[tuple[bytes, Any]] = []
         # Keys of the values seen, for the types whose equal values encode alike (not
         # 1 and 1.0 and True, which are equal as dict keys: see _SAME).
         self.prefixes: dict[Any, bytes] = {}
@@ -245,7 +253,14 @@ class Table:
         self.records = view.tree(spec.record_tree)
 
     def index_tree(self, index: IndexSpec) -> LogTree:
-        return self.view.tree(self.spec.index_tree(index))
+        """The tree of an ordered index."""
+        tree: LogTree = self.view.tree(self.spec.index_tree(index))  # (View.tree: Any)
+        return tree
+
+    def text_tree(self, index: IndexSpec) -> TextTree:
+        """The tree of a full-text or trigram index."""
+        tree: TextTree = self.view.tree(self.spec.index_tree(index))
+        return tree
 
     # -- reads -------------------------------------------------------------------------
 
@@ -255,9 +270,9 @@ class Table:
         raw = yield from self.records.get_many_reader(list(by_key))
         return (yield from self._decode_reader(raw.values()))
 
-    def _decode_reader(self, values) -> Reader:
-        out: dict[Any, dict] = {}
-        spilled = []
+    def _decode_reader(self, values: Iterable[bytes]) -> Reader:
+        out: dict[Any, Fields] = {}
+        spilled: list[BlobRequest] = []
         for value in values:
             if value[:1] == INLINE:
                 pk, fields = decode_record(value[1:])
@@ -273,24 +288,31 @@ class Table:
                 out[pk] = fields
         return out
 
-    def scan_reader(self, *, skip: int = 0, limit: int | None = None, reverse: bool = False):
+    def scan_reader(
+        self, *, skip: int = 0, limit: int | None = None, reverse: bool = False
+    ) -> Reader:
         """Return ``[(pk, fields)]`` in primary-key order."""
         raw = yield from self.records.scan_reader(skip=skip, limit=limit, reverse=reverse)
         decoded = yield from self._decode_reader(v for _, v in raw)
         return list(decoded.items())
 
-    def get(self, pk: Any) -> dict | None:
-        return self.view.run([self.get_many_reader([pk])])[0].get(pk)
+    def get(self, pk: Any) -> Fields | None:
+        found: dict[Any, Fields] = self.view.run([self.get_many_reader([pk])])[0]
+        return found.get(pk)
 
     # -- writes ------------------------------------------------------------------------
 
-    def put(self, pk: Any, fields: dict) -> dict | None:
+    def put(self, pk: Any, fields: Fields) -> Fields | None:
         """Insert or replace the record ``pk``; return the fields it replaced, if any."""
         return self.put_many([(pk, fields)])[0]
 
     def put_many(
-        self, rows: list[tuple[Any, dict]], *, fresh: frozenset = frozenset(), insert: bool = False
-    ) -> list[dict | None]:
+        self,
+        rows: list[tuple[Any, Fields]],
+        *,
+        fresh: frozenset[Any] = frozenset(),
+        insert: bool = False,
+    ) -> list[Fields | None]:
         """Insert or replace records (distinct pks); return the fields each replaced.
 
         A pk in ``fresh`` was just allocated by the store and must be new: if a record has
@@ -321,7 +343,7 @@ class Table:
             for change in changes
         ]
         # The unique keys each row's new values need, read with the old records.
-        probes: dict[IndexSpec, dict[bytes, tuple[Any, dict]]] = defaultdict(dict)
+        probes: dict[IndexSpec, dict[bytes, tuple[Any, Fields]]] = defaultdict(dict)
         for pk, fields in rows:
             for change in changes:
                 if change.kind == UNIQUE:
@@ -338,7 +360,9 @@ class Table:
         found = self.view.run([self._decode_reader(found_raw.values())])[0] if found_raw else {}
         if found:
             self._refuse_existing(rows, found, fresh, insert)
-        olds: list[dict | None] = [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
+        olds: list[Fields | None] = (
+            [found.get(pk) for pk, _ in rows] if found else [None] * len(rows)
+        )
         for index, holders in zip(indexes, held):
             for key, value in holders.items():
                 pk, fields = probes[index][key]
@@ -429,12 +453,16 @@ class Table:
                 self.view.retire_blob(value[1:])
         self.records.put_new(new_keys, new_values)
         for change in changes:
-            tree = self.index_tree(change.index)
+            tree: LogTree | TextTree = (
+                self.text_tree(change.index)
+                if change.kind in POSTINGS
+                else self.index_tree(change.index)
+            )
             for key, value in change.removed:
                 tree.delete(key, value)  # a tombstone keeps its pk (or posting)
             for key, value in change.replaced:
                 tree.put(key, value, True)
-            if change.kind in POSTINGS:
+            if isinstance(tree, TextTree):  # (change.kind in POSTINGS)
                 for key, value in change.extra:  # new postings of updated documents
                     tree.put(key, value, False)
                 for term, postings in change.groups.items():
@@ -444,7 +472,14 @@ class Table:
                 tree.put_new(*change.entries(in_order))
         return olds
 
-    def _probe(self, probes, index: IndexSpec, key: bytes, pk: Any, fields: dict) -> None:
+    def _probe(
+        self,
+        probes: dict[IndexSpec, dict[bytes, tuple[Any, Fields]]],
+        index: IndexSpec,
+        key: bytes,
+        pk: Any,
+        fields: Fields,
+    ) -> None:
         """Note a unique key a row takes; two rows of one batch taking it is a violation."""
         index_probes = probes[index]
         if key in index_probes:
@@ -452,7 +487,11 @@ class Table:
         index_probes[key] = (pk, fields)
 
     def _refuse_existing(
-        self, rows: list[tuple[Any, dict]], found: dict, fresh: frozenset, insert: bool
+        self,
+        rows: list[tuple[Any, Fields]],
+        found: dict[Any, Fields],
+        fresh: frozenset[Any],
+        insert: bool,
     ) -> None:
         """Refuse a batch that would overwrite a record it must not."""
         for pk, _ in rows:
@@ -467,7 +506,7 @@ class Table:
                 )
 
     def _diff_entries(
-        self, change: _IndexChanges, pk: Any, pk_key: bytes, fields: dict, old: dict
+        self, change: _IndexChanges, pk: Any, pk_key: bytes, fields: Fields, old: Fields
     ) -> None:
         """Note what replacing the record ``old`` by ``fields`` does to one index."""
         index = change.index
@@ -487,27 +526,28 @@ class Table:
             elif kept != value:
                 change.replaced.append((key, value))
 
-    def delete(self, pk: Any) -> dict | None:
+    def delete(self, pk: Any) -> Fields | None:
         """Remove the record ``pk``; return its fields, or None if there was none."""
         pk_key = encode_key(pk)
         raw = self.view.run([self.records.get_many_reader([pk_key])])[0]
         if not raw:
             return None
         value = raw[pk_key]
-        old = self.view.run([self._decode_reader([value])])[0][pk]
+        old: Fields = self.view.run([self._decode_reader([value])])[0][pk]
         self.records.delete(pk_key)
         if value[:1] == SPILLED:
             self.view.retire_blob(value[1:])
         for index in self.spec.indexes.values():
-            tree = self.index_tree(index)
             if index.kind in POSTINGS:
+                text = self.text_tree(index)
                 postings, length = text_entries(index, pk, pk_key, old)
                 for key, value in postings.items():
-                    tree.delete(key, value)
+                    text.delete(key, value)
                 self.view.add_text_stats(
                     self.spec.index_tree(index), -_has_text(index, old), -length
                 )
             else:
+                tree = self.index_tree(index)
                 for key, value in index_entries(index, pk, pk_key, old).items():
                     tree.delete(key, value)
         return old
@@ -518,9 +558,11 @@ class Table:
         """Fill a new index from every record; return how many records were indexed.
         ``progress(done, total)`` is told every ``BUILD_STEP`` records (a migration's
         progress bar)."""
-        tree = self.index_tree(index)
+        tree: LogTree | TextTree = (
+            self.text_tree(index) if index.kind in POSTINGS else self.index_tree(index)
+        )
         rows = self.view.run([self.scan_reader()])[0]
-        entries: dict[bytes, bytes] = {}
+        entries: dict[bytes, Any] = {}  # packed pks, or postings
         for done, (pk, fields) in enumerate(rows):
             if progress is not None and done % BUILD_STEP == 0:
                 progress(done, len(rows))
@@ -542,11 +584,11 @@ class Table:
         return len(rows)
 
 
-def _violation(spec: ModelSpec, index: IndexSpec, fields: dict) -> UniqueViolation:
+def _violation(spec: ModelSpec, index: IndexSpec, fields: Fields) -> UniqueViolation:
     value = tuple(fields.get(f) for f in index.fields)
     return UniqueViolation(f"{spec.name}.{index.name}", value[0] if len(value) == 1 else value)
 
 
-def _has_text(index: IndexSpec, fields: dict | None) -> int:
+def _has_text(index: IndexSpec, fields: Fields | None) -> int:
     """1 if the record has a text value for ``index`` (a document for BM25), else 0."""
     return int(fields is not None and isinstance(fields.get(index.fields[0]), str))

@@ -69,7 +69,7 @@ def change_passphrase(
     new: str | bytes,
     *,
     username: str = "root",
-    key_file: str | os.PathLike | None = None,
+    key_file: str | os.PathLike[str] | None = None,
     kdf: str | None = None,
 ) -> dict[str, object]:
     """Re-wrap the keyring of ``username`` in ``db`` (and re-seal ``key_file``, a path,
@@ -92,7 +92,8 @@ def change_passphrase(
         raise QueryError(f"database {db.database!r} has no keyring for user {username!r}")
     keyring = Keyring.open(sealed, old, **where)  # WrongPassphraseError if old is wrong
     rewrapped = keyring.seal(new, kdf=kdf, **where)
-    staged = _stage_key_file(Path(key_file), old, new, kdf) if key_file is not None else None
+    path = None if key_file is None else Path(key_file)
+    staged = _stage_key_file(path, old, new, kdf) if path is not None else None
     try:
         if not db.transport.put_keyring(db.database, slot, rewrapped, expected=sealed):
             raise ConflictError(
@@ -104,8 +105,7 @@ def change_passphrase(
             with contextlib.suppress(OSError):
                 os.unlink(staged)
         raise
-    if staged is not None:
-        path = Path(key_file)  # type: ignore[arg-type]
+    if staged is not None and path is not None:  # (a file is staged for a path only)
         os.replace(staged, path)
         _fsync_dir(path.parent)
     return {

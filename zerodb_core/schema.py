@@ -35,7 +35,7 @@ class IndexSpec:
         if not self.fields or (self.kind in POSTINGS and len(self.fields) != 1):
             raise QueryError(f"index {self.name!r}: wrong number of fields")
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         return [self.name, self.kind, list(self.fields)]
 
 
@@ -76,7 +76,7 @@ class ModelSpec:
     def without_index(self, name: str) -> ModelSpec:
         return ModelSpec(self.name, {k: v for k, v in self.indexes.items() if k != name})
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         return [self.name, [i.to_payload() for i in self.indexes.values()]]
 
 
@@ -98,7 +98,7 @@ class Catalog:
     def without_model(self, name: str) -> Catalog:
         return Catalog({k: v for k, v in self.models.items() if k != name})
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         return [m.to_payload() for m in self.models.values()]
 
     @classmethod

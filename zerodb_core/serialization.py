@@ -27,6 +27,7 @@ import datetime as _dt
 import struct
 import threading
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -177,7 +178,7 @@ def pack(obj: Any) -> bytes:
     # One packer per thread: building a Packer costs more than packing a small value.
     # Nested values packed from ``_default`` use a fresh one, so reuse is re-entrant.
     try:
-        packer = _local.packer
+        packer: msgpack.Packer = _local.packer
     except AttributeError:
         packer = _local.packer = _packer()
     try:
@@ -195,7 +196,7 @@ def pack(obj: Any) -> bytes:
 # --------------------------------------------------------------------------- unpack
 
 
-def _ext_decoder(depth: int):
+def _ext_decoder(depth: int) -> Callable[[int, bytes], Any]:
     def ext_hook(code: int, data: bytes) -> Any:
         if code == EXT_TUPLE:
             if depth >= MAX_TUPLE_DEPTH:
@@ -218,9 +219,10 @@ def _decode_datetime(data: bytes) -> _dt.datetime:
 
 
 def _decode_datetime_aware(data: bytes) -> _dt.datetime:
-    *fields, fold = _DATETIME.unpack(data[: _DATETIME.size])
+    year, month, day, hour, minute, second, micro, fold = _DATETIME.unpack(data[: _DATETIME.size])
     (offset,) = _OFFSET.unpack(data[_DATETIME.size :])
-    return _dt.datetime(*fields, fold=fold, tzinfo=_zone(offset))
+    zone = _zone(offset)
+    return _dt.datetime(year, month, day, hour, minute, second, micro, zone, fold=fold)
 
 
 def _decode_time(data: bytes) -> _dt.time:
@@ -229,9 +231,9 @@ def _decode_time(data: bytes) -> _dt.time:
 
 
 def _decode_time_aware(data: bytes) -> _dt.time:
-    *fields, fold = _TIME.unpack(data[: _TIME.size])
+    hour, minute, second, micro, fold = _TIME.unpack(data[: _TIME.size])
     (offset,) = _OFFSET.unpack(data[_TIME.size :])
-    return _dt.time(*fields, fold=fold, tzinfo=_zone(offset))
+    return _dt.time(hour, minute, second, micro, _zone(offset), fold=fold)
 
 
 def _decode_timedelta(data: bytes) -> _dt.timedelta:
@@ -264,7 +266,7 @@ def _decode_bigint(data: bytes) -> int:
     return value
 
 
-_EXT_DECODERS = {
+_EXT_DECODERS: dict[int, Callable[[bytes], Any]] = {
     EXT_DATETIME: _decode_datetime,
     EXT_DATETIME_AWARE: _decode_datetime_aware,
     EXT_DATE: lambda data: _dt.date(*_DATE.unpack(data)),
@@ -283,13 +285,13 @@ _HOOKS = [_ext_decoder(depth) for depth in range(MAX_TUPLE_DEPTH + 1)]
 _TIMESTAMP = msgpack.Timestamp
 
 
-def _check_list(items: list) -> list:
+def _check_list(items: list[Any]) -> list[Any]:
     if _TIMESTAMP in map(type, items):
         raise IntegrityError("unknown ext type -1")
     return items
 
 
-def _check_map(mapping: dict) -> dict:
+def _check_map(mapping: dict[Any, Any]) -> dict[Any, Any]:
     if _TIMESTAMP in map(type, mapping.values()) or _TIMESTAMP in map(type, mapping):
         raise IntegrityError("unknown ext type -1")
     return mapping

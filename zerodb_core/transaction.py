@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zerodb_core import gcpause
-from zerodb_core.btree import NodeSizes, Run, RunRef, Workspace, build_run_of, new_id
+from zerodb_core.btree import NodeSizes, Reader, Run, RunRef, Workspace, build_run_of, new_id
+from zerodb_core.btree.node import Stored
+from zerodb_core.btree.run import Segment
 from zerodb_core.exceptions import ConflictError, MissingBlobError, NotSupportedError, QueryError
 from zerodb_core.isolation import (
     READ_COMMITTED,
@@ -26,7 +28,14 @@ from zerodb_core.isolation import (
     check_level,
 )
 from zerodb_core.lsm import Changes, LogTree, TextTree
-from zerodb_core.records import Table, filtered, spilled_value_ids, value_prefixes
+from zerodb_core.records import (
+    Fields,
+    RecordBlob,
+    Table,
+    filtered,
+    spilled_value_ids,
+    value_prefixes,
+)
 from zerodb_core.rootstate import RootState
 from zerodb_core.schema import POSTINGS, TRIGRAM, IndexSpec, ModelSpec
 
@@ -57,7 +66,7 @@ class View:
         self.catalog = root.catalog
         self.text_stats = dict(root.text_stats)
         # Nodes of runs that merges built, written at commit.
-        self.merged: list = []
+        self.merged: list[Stored] = []
 
     def tree(self, name: str) -> Any:
         """The tree ``name`` (a :class:`LogTree`, or a :class:`TextTree` for a full-text
@@ -139,8 +148,8 @@ class PutRecords(WriteOp):
     pks the store just allocated, which must not exist yet."""
 
     model: str
-    rows: list
-    fresh: frozenset = frozenset()
+    rows: list[tuple[Any, Fields]]
+    fresh: frozenset[Any] = frozenset()
     insert: bool = False
 
     def apply(self, txn: Transaction) -> Any:
@@ -170,7 +179,7 @@ class ExpectRecords(WriteOp):
     """
 
     model: str
-    rows: tuple
+    rows: tuple[tuple[Any, Fields | None], ...]
 
     def apply(self, txn: Transaction) -> Any:
         table = txn.table(self.model)
@@ -261,7 +270,7 @@ class MergeRuns(WriteOp):
     tree: str
     inputs: tuple[bytes, ...]  # root ids of the merged runs, newest first
     output: RunRef | None  # None: the entries cancelled out
-    nodes: tuple
+    nodes: tuple[Stored, ...]
     garbage: tuple[bytes, ...]
 
     def apply(self, txn: Transaction) -> Any:
@@ -289,9 +298,9 @@ class MergeRuns(WriteOp):
 
 @dataclass(frozen=True, slots=True)
 class Savepoint:
-    runs: dict
+    runs: dict[str, tuple[RunRef, ...]]
     catalog: Any
-    text_stats: dict
+    text_stats: dict[str, tuple[int, int]]
     changes: int
     garbage: int
     merged: int
@@ -316,7 +325,7 @@ class Transaction(View):
         self.ops: list[WriteOp] = []
         # Objects read or added in this transaction, with the fields they had: changed
         # ones are saved at commit (as ZeroDB's persistent objects were).
-        self.loaded: dict[int, tuple[Any, dict]] = {}
+        self.loaded: dict[int, tuple[Any, Fields]] = {}
 
     def apply(self, op: WriteOp) -> Any:
         # What an operation reads to do its work (old records, unique keys, rows of a new
@@ -341,7 +350,7 @@ class Transaction(View):
         """Forget a whole tree: every persisted node of it (and every record blob its
         live records point to) becomes garbage."""
         runs = self.runs.get(name, ())
-        readers: list = [Run(run).node_ids_reader() for run in runs]
+        readers: list[Reader] = [Run(run).node_ids_reader() for run in runs]
         if name.startswith("r/") and runs:
             readers.append(self.tree(name).scan_reader())  # its live records' blobs
         results = self.run(readers) if readers else []
@@ -421,35 +430,44 @@ class Transaction(View):
         for op in ops:
             self.apply(op)
 
-    def flush(self, seq: int | None = None) -> tuple[dict[str, tuple[RunRef, ...]], list]:
+    def flush(
+        self, seq: int | None = None
+    ) -> tuple[dict[str, tuple[RunRef, ...]], list[Stored | RecordBlob]]:
         """Return the trees of the root this transaction would commit as ``seq`` (every
         tree's pending changes as one new run on top) and every new object to write."""
         trees = dict(self.runs)
-        objects = list(self.merged)
+        objects: list[Stored | RecordBlob] = list(self.merged)
         for name, pending in self.changes.trees.items():
             if not pending:
                 continue
             postings = self.is_text(name)
+            filter_values: list[bytes] | None = None
+            spilled: list[bytes] = []  # record blobs the new run's values point to
+            segment: Segment
             if postings:
-                keys, values = TextTree(self, name, self.leaf_bytes(name)).pending_blocks()
-                tags = b""
+                keys, blocks = TextTree(self, name, self.leaf_bytes(name)).pending_blocks()
+                segment = (keys, blocks, b"")
             else:
                 keys = pending.sorted_keys()
                 entries = pending.entries
                 values = [entries[key][1] for key in keys]
-                tags = bytes(entries[key][0] for key in keys)
-            index = self.filtered_index(name)
+                segment = (keys, values, bytes(entries[key][0] for key in keys))
+                index = self.filtered_index(name)
+                if index is not None:
+                    filter_values = value_prefixes(index, keys, values)
+                if name.startswith("r/"):
+                    spilled = spilled_value_ids(values)
             run, nodes = build_run_of(
-                [(keys, values, tags)],
+                [segment],
                 leaf_bytes=self.leaf_bytes(name),
                 inner_bytes=self.sizes.inner,
                 postings=postings,
-                filter_values=None if index is None else value_prefixes(index, keys, values),
+                filter_values=filter_values,
                 newest=seq,
             )
             trees[name] = (run, *trees.get(name, ()))
             objects += nodes
-            if name.startswith("r/"):
+            if spilled:
                 dirty = self.ws.dirty
-                objects += [dirty[i] for i in spilled_value_ids(values) if i in dirty]
+                objects += [dirty[i] for i in spilled if i in dirty]
         return trees, objects

@@ -47,6 +47,7 @@ from zerodb_core.exceptions import IntegrityError, QueryError
 from zerodb_core.records import (
     INLINE,
     SPILLED,
+    Fields,
     decode_record,
     filtered,
     index_entries,
@@ -210,10 +211,10 @@ class _Checker:
 
     # -- records -----------------------------------------------------------------------
 
-    def records(self, spec: ModelSpec) -> dict[bytes, tuple[Any, dict]]:
+    def records(self, spec: ModelSpec) -> dict[bytes, tuple[Any, Fields]]:
         """Decode every record of a model: ``{key: (pk, fields)}``."""
         where = spec.record_tree
-        rows: dict[bytes, tuple[Any, dict]] = {}
+        rows: dict[bytes, tuple[Any, Fields]] = {}
         spilled: list[tuple[bytes, bytes]] = []
         for key, value in self.walk(where):
             if value[:1] == INLINE:
@@ -235,7 +236,9 @@ class _Checker:
         self.report.records += len(rows)
         return rows
 
-    def record(self, where: str, key: bytes, data: bytes, rows: dict) -> None:
+    def record(
+        self, where: str, key: bytes, data: bytes, rows: dict[bytes, tuple[Any, Fields]]
+    ) -> None:
         try:
             pk, fields = decode_record(data)
             own_key = encode_key(pk)
@@ -250,13 +253,13 @@ class _Checker:
     # -- indexes -----------------------------------------------------------------------
 
     def check_index(
-        self, spec: ModelSpec, index: IndexSpec, rows: dict[bytes, tuple[Any, dict]]
+        self, spec: ModelSpec, index: IndexSpec, rows: dict[bytes, tuple[Any, Fields]]
     ) -> None:
         tree = spec.index_tree(index)
         where = f"index {spec.name}.{index.name}"
         actual = dict(self.walk(tree, index=index))
         self.report.index_entries += len(actual)
-        expected: dict[bytes, bytes] = {}
+        expected: dict[bytes, Any] = {}  # packed pks, or postings of a text index
         owner: dict[bytes, Any] = {}
         docs = tokens = 0
         for pk_key, (pk, fields) in rows.items():
@@ -412,15 +415,22 @@ class _Checker:
             self.problem(name, "the root record says the run holds only puts, but it does not")
         return entries
 
-    def check_filter(self, where: str, run: RunRef, index: IndexSpec | None, entries) -> None:
+    def check_filter(
+        self,
+        where: str,
+        run: RunRef,
+        index: IndexSpec | None,
+        entries: list[tuple[bytes, int, Any]],
+    ) -> None:
         """A run's Bloom filter must hold the value of every entry (a value it missed
         would make lookups skip the run: a wrong answer, not a slow one)."""
-        if not self.visit(where, run.filter):
+        bloom_id = run.filter
+        if bloom_id is None or not self.visit(where, bloom_id):
             return
         if index is None or not filtered(index):
             self.problem(where, "the run has a filter, but its tree keeps none")
             return
-        found = self.fetch(where, [run.filter]).get(run.filter)
+        found = self.fetch(where, [bloom_id]).get(bloom_id)
         if found is None:
             return
         if not isinstance(found, BloomFilter):
@@ -435,7 +445,7 @@ class _Checker:
         if missed:
             self.problem(where, f"the run's filter misses {missed} of its values")
 
-    def unblock(self, where: str, blocks: list[tuple[bytes, int, Any]]) -> list[tuple]:
+    def unblock(self, where: str, blocks: list[tuple[bytes, int, Any]]) -> list[tuple[Any, ...]]:
         """The postings of a run's blocks, ``(term key + pk key, tag, posting)``, each
         block checked against what its postings say (key, order, counts, bounds)."""
         out: list[tuple[bytes, int, Any]] = []

@@ -14,6 +14,7 @@ from zerodb_core import (
     QueryError,
     UniqueViolation,
 )
+from zerodb_core.btree import filters as filters_module
 from zerodb_core.query import Contains, Eq, Gt, InRange
 from zerodb_core.records import spilled_value_ids
 from zerodb_core.transaction import DropModel
@@ -346,3 +347,23 @@ def test_a_merge_that_fails_closed_leaves_its_commit_standing(make_db, caplog):
     assert fresh.read_root().seq == root.seq + 1  # the commit, and no merge
     assert "IntegrityError" in caplog.text and "the commit before it stands" in caplog.text
     assert [e.name for e in fresh[Employee].query(salary=2)] == ["Bob"]
+
+
+def test_runs_of_an_index_without_filters_merge_by_concatenation(make_db, monkeypatch):
+    """Runs of a one-field index whose filter would be too large have none; two such
+    runs that do not overlap merge by keeping their leaves (read unopened), and the
+    merged run has no filter either: its values are a superset of an input's, which were
+    already too many (a kept leaf's values are not at hand: reading them raised
+    AttributeError after the commit had stood)."""
+    monkeypatch.setattr(filters_module, "MAX_FILTER_BYTES", 0)  # every filter too large
+    storage = MemoryStorage()
+    db = make_db(storage, merge_factor=2, node_bytes=256)
+    for first in (0, 100):  # runs of several leaves (a run of one is read whole)
+        with db.transaction():
+            for salary in range(first, first + 100):
+                db.add(Employee(name=f"E{salary}", salary=salary))
+    spec = db[Employee].table().spec
+    runs = db.read_root().trees[spec.index_tree(spec.indexes["salary"])]
+    assert len(runs) == 1 and runs[0].height > 1 and runs[0].filter is None
+    assert [e.name for e in db[Employee].query(salary=150)] == ["E150"]
+    assert len(db[Employee].query(Gt("salary", 49))) == 150

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import heapq
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.core.test_lsm import StoreHarness
 from zerodb_core.btree import NodeSizes
 from zerodb_core.encoding import encode_key
+from zerodb_core.exceptions import QueryError
 from zerodb_core.lsm import merge_postings_reader
 from zerodb_core.schema import TEXT, Catalog, IndexSpec, ModelSpec
 
@@ -146,3 +148,16 @@ def test_a_common_term_reads_few_blocks_for_its_top_ten():
         postings.block_postings = original
     assert got[0][1] == 1234
     assert len(decoded) == 1
+
+
+def test_a_text_index_has_no_count_of_one_value():
+    """``value=True`` counts the entries of one value of an ordered index, by its runs'
+    filters; a full-text index has none, and says so (it raised AttributeError)."""
+    harness = Harness()
+    harness.put("a", 1, 3, [0])
+    harness.commit()
+    tree = harness.tree
+    lo = encode_key("a")
+    with pytest.raises(QueryError, match="ordered index"):
+        harness.txn.run([tree.count_reader(lo, lo + b"\xff", value=True)])
+    assert harness.txn.run([tree.count_reader(lo, lo + b"\xff")]) == [1]

@@ -855,3 +855,19 @@ def test_database_moved_to_another_tenant(two_databases, spy):
     with pytest.raises(IntegrityError, match="authentication failed") as excinfo:
         len(reader[Employee])
     spy.assert_rejected_first(excinfo, [root_blob_id(state.root.seq)])
+
+
+class _RefusingTransport(LocalTransport):
+    """A store that refuses every new keyring, as if another client had created one,
+    yet holds none."""
+
+    def _put_keyring(
+        self, database: str, name: str, data: bytes, *, expected: bytes | None
+    ) -> bool:
+        return False
+
+
+def test_a_store_that_refuses_a_keyring_it_does_not_hold_fails_closed():
+    transport = _RefusingTransport(MemoryStorage())
+    with pytest.raises(IntegrityError, match="refused a new keyring"):
+        DB(transport, USER, PASSWORD, kdf="fast")

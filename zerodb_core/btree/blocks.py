@@ -62,6 +62,12 @@ HEAD = 7  # the int fields of the head
 RAW = 0
 DELTAS = 1
 
+# A block: the fields of the table above, by index (ints, then a key and a body). The
+# primary keys inside are any values with a key encoding, hence Any.
+Block = list[Any]
+# (pks, tags, dls, positions) of a decoded body
+Postings = tuple[list[Any], bytes, list[int], list[list[int]]]
+
 # Postings per block (Lucene's block size): big enough that a block's bounds stand for
 # many postings, small enough that a block decodes in microseconds.
 BLOCK_POSTINGS = 128
@@ -70,8 +76,8 @@ DECODED_BODIES = 8192
 
 
 def make_block(
-    term_len: int, pks: list, tags: bytes, dls: list[int], positions: list[list[int]]
-) -> list:
+    term_len: int, pks: list[Any], tags: bytes, dls: list[int], positions: list[list[int]]
+) -> Block:
     """A block of postings in primary-key order (``tags`` empty: all ``PUT``); the lists
     are packed as they are, not kept."""
     if tags and not any(tags):
@@ -98,18 +104,18 @@ def make_block(
     return [term_len, n, net, max_tf, min_dl, dels, changes, encode_key(pks[-1]), body]
 
 
-def block_pks(block: list) -> list:
+def block_pks(block: Block) -> list[Any]:
     """The primary keys of a block."""
     return block_postings(block)[0]
 
 
-def block_postings(block: list) -> tuple[list, bytes, list[int], list[list[int]]]:
+def block_postings(block: Block) -> Postings:
     """``(pks, tags, dls, positions)`` of a block, tags one byte per posting (the
     lists are shared with other readers of the block: never change them)."""
     return _decode(block[BODY], block[COUNT])
 
 
-def block_offsets(block: list) -> dict[Any, int]:
+def block_offsets(block: Block) -> dict[Any, int]:
     """Where each primary key of a block is in its lists (kept with the decoded body)."""
     return _offsets(block[BODY], block[COUNT])
 
@@ -120,7 +126,7 @@ def _offsets(body: bytes, count: int) -> dict[Any, int]:
 
 
 @functools.lru_cache(maxsize=DECODED_BODIES)
-def _decode(body: bytes, count: int) -> tuple[list, bytes, list[int], list[list[int]]]:
+def _decode(body: bytes, count: int) -> Postings:
     try:
         tags, mode, stored, dls, positions = unpack(body)
     except (TypeError, ValueError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from zerodb_core.exceptions import IntegrityError
 
@@ -57,11 +58,11 @@ class BloomFilter:
         bits = self.bits
         return all(bits[p >> 3] & (1 << (p & 7)) for p in _positions(value, self.size, self.probes))
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         return [FILTER, self.size, self.probes, self.bits]
 
 
-def filter_from_payload(node_id: bytes, payload: list) -> BloomFilter:
+def filter_from_payload(node_id: bytes, payload: list[Any]) -> BloomFilter:
     """Check and build a filter from its decoded payload (fail closed)."""
     try:
         _, size, probes, bits = payload

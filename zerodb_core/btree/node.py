@@ -21,8 +21,10 @@ below it (the payloads of runs of puts, the most common, stay as short as can be
 
 from __future__ import annotations
 
-from zerodb_core.btree.blocks import DELS, NET, valid_block
-from zerodb_core.btree.filters import FILTER, filter_from_payload
+from typing import Any
+
+from zerodb_core.btree.blocks import DELS, NET, Block, valid_block
+from zerodb_core.btree.filters import FILTER, BloomFilter, filter_from_payload
 from zerodb_core.btree.tags import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import IntegrityError
 
@@ -35,6 +37,7 @@ __all__ = [
     "Leaf",
     "Node",
     "PostingsLeaf",
+    "Stored",
     "node_from_payload",
 ]
 
@@ -77,7 +80,7 @@ class Leaf:
         """The DELETE entries of this leaf."""
         return self.tags.count(DELETE)
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         if self.tags:
             return [LEAF, self.keys, self.values, self.tags]
         return [LEAF, self.keys, self.values]
@@ -105,7 +108,7 @@ class Inner:
 
     is_leaf = False
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         if self.dels:
             return [INNER, self.keys, self.children, self.counts, self.dels]
         return [INNER, self.keys, self.children, self.counts]
@@ -122,7 +125,7 @@ class PostingsLeaf:
 
     __slots__ = ("id", "keys", "values")
 
-    def __init__(self, node_id: bytes, keys: list[bytes], values: list[list]) -> None:
+    def __init__(self, node_id: bytes, keys: list[bytes], values: list[Block]) -> None:
         self.id = node_id
         self.keys = keys
         self.values = values
@@ -138,21 +141,24 @@ class PostingsLeaf:
         """The DELETE postings of this leaf's blocks."""
         return sum(block[DELS] for block in self.values)
 
-    def to_payload(self) -> list:
+    def to_payload(self) -> list[object]:
         return [POSTINGS, self.keys, self.values]
 
 
 Node = Leaf | Inner | PostingsLeaf
+# What a run writes and reads by id: its nodes and its Bloom filter.
+Stored = Node | BloomFilter
 
 
-def node_from_payload(node_id: bytes, payload: object) -> Node:
-    """Build a node from its decoded payload, checking its shape (fail closed)."""
+def node_from_payload(node_id: bytes, payload: Any) -> Stored:
+    """Build a node from its decoded payload (untrusted: Any), checking its shape (fail
+    closed)."""
     try:
-        kind = payload[0]  # type: ignore[index]
-        size = len(payload)  # type: ignore[arg-type]
+        kind = payload[0]
+        size = len(payload)
         if kind == LEAF and size in (3, 4):
-            keys, values = payload[1], payload[2]  # type: ignore[index]
-            tags = payload[3] if size == 4 else ALL_PUT  # type: ignore[index]
+            keys, values = payload[1], payload[2]
+            tags = payload[3] if size == 4 else ALL_PUT
             if (
                 len(keys) == len(values)
                 and _all_bytes(keys)
@@ -162,14 +168,14 @@ def node_from_payload(node_id: bytes, payload: object) -> Node:
             ):
                 return Leaf(node_id, keys, values, tags)
         elif kind == POSTINGS and size == 3:
-            keys, blocks = payload[1], payload[2]  # type: ignore[index]
+            keys, blocks = payload[1], payload[2]
             if len(keys) == len(blocks) and _all_bytes(keys) and _valid_blocks(blocks):
                 return PostingsLeaf(node_id, keys, blocks)
         elif kind == FILTER:
-            return filter_from_payload(node_id, payload)  # type: ignore[arg-type]
+            return filter_from_payload(node_id, payload)
         elif kind == INNER and size in (4, 5):
-            keys, children, counts = payload[1], payload[2], payload[3]  # type: ignore[index]
-            dels = payload[4] if size == 5 else []  # type: ignore[index]
+            keys, children, counts = payload[1], payload[2], payload[3]
+            dels = payload[4] if size == 5 else []
             if (
                 len(keys) == len(children) == len(counts) > 0
                 and _all_bytes(keys)
@@ -188,7 +194,7 @@ def _valid_blocks(blocks: object) -> bool:
     return isinstance(blocks, list) and all(map(valid_block, blocks))
 
 
-def _valid_dels(counts: list, dels: object) -> bool:
+def _valid_dels(counts: list[int], dels: object) -> bool:
     """Tombstone counts: one per child, never negative, never more puts than possible."""
     return (
         isinstance(dels, list)

@@ -12,13 +12,14 @@ and ``hi=None`` for "to the end".
 
 from __future__ import annotations
 
+import builtins
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
-from zerodb_core.btree.blocks import BODY, CHANGES
+from zerodb_core.btree.blocks import BODY, CHANGES, Block
 from zerodb_core.btree.filters import BloomFilter
 from zerodb_core.btree.node import (
     ALL_PUT,
@@ -30,6 +31,7 @@ from zerodb_core.btree.node import (
     Leaf,
     Node,
     PostingsLeaf,
+    Stored,
 )
 from zerodb_core.btree.workspace import Reader, new_id
 from zerodb_core.crypto.padding import padded_size
@@ -103,14 +105,15 @@ class RunRef:
     count: int
     dels: int = 0
     bytes: int = 0
-    first: bytes | None = None
-    last: bytes | None = None
+    # Below the field ``bytes``, the class body sees it instead of the builtin.
+    first: builtins.bytes | None = None
+    last: builtins.bytes | None = None
     plain: bool = True
-    filter: bytes | None = None
+    filter: builtins.bytes | None = None
     newest: int | None = None
 
-    def to_payload(self) -> list:
-        payload = [
+    def to_payload(self) -> list[object]:
+        payload: list[object] = [
             self.root,
             self.height,
             self.count,
@@ -156,11 +159,11 @@ class RunRef:
             raise IntegrityError("malformed run reference in root record")
         return cls(root, height, count, dels, size, first, last, plain, bloom, newest)
 
-    def may_hold(self, key: bytes) -> bool:
+    def may_hold(self, key: builtins.bytes) -> bool:
         """Whether ``key`` can be in this run, by its fence keys alone (no I/O)."""
         return (self.first is None or key >= self.first) and (self.last is None or key <= self.last)
 
-    def overlaps(self, lo: bytes, hi: bytes | None) -> bool:
+    def overlaps(self, lo: builtins.bytes, hi: builtins.bytes | None) -> bool:
         """Whether this run can hold keys of ``[lo, hi)``, by its fence keys alone."""
         return (self.last is None or self.last >= lo) and (
             hi is None or self.first is None or self.first < hi
@@ -187,7 +190,8 @@ class KeptLeaf:
     last: bytes | None = None
 
 
-Segment = tuple[list[bytes], list, bytes] | Leaf | PostingsLeaf | KeptLeaf
+# (keys, values, tags): values are bytes, or blocks of postings (a full-text index)
+Segment = tuple[list[bytes], list[Any], bytes] | Leaf | PostingsLeaf | KeptLeaf
 
 
 def build_run_of(
@@ -198,15 +202,15 @@ def build_run_of(
     postings: bool = False,
     filter_values: Iterable[bytes] | None = None,
     newest: int | None = None,
-) -> tuple[RunRef, list[Node]]:
+) -> tuple[RunRef, list[Stored]]:
     """A run of ``segments`` in key order: entries ``(keys, values, tags)`` to pack into
     new leaves, or leaves of other runs to keep as they are (a merge keeps the leaves no
     other input overlaps, and writes only new inner nodes above them). With
     ``filter_values``, the run gets a Bloom filter of them; ``newest`` is the seq of the
     newest commit whose entries it holds. Return its reference and its new nodes."""
     level: _Level = []
-    nodes: list[Node] = []
-    reused: list[Node] = []
+    nodes: list[Stored] = []
+    reused: list[Leaf | PostingsLeaf] = []
     kept: list[KeptLeaf] = []
     for segment in segments:
         if isinstance(segment, KeptLeaf):
@@ -237,7 +241,7 @@ def build_run_of(
             )
     if not level:
         raise QueryError("a run holds at least one entry")
-    leaves = [node for node in nodes if node.is_leaf] + reused
+    leaves = [node for node in nodes if isinstance(node, Leaf | PostingsLeaf)] + reused
     plain = not any(map(_has_tags, leaves)) and all(leaf.plain for leaf in kept)
     first = level[0][0]
     lasts = [leaf.keys[-1] for leaf in leaves] + [leaf.last for leaf in kept if leaf.last]
@@ -318,7 +322,9 @@ def _leaf_size(leaf: Leaf | PostingsLeaf) -> int:
 _Level = list[tuple[bytes, bytes, int, int, int]]
 
 
-def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
+def _leaves(
+    keys: list[bytes], values: list[bytes], tags: bytes, leaf_bytes: int
+) -> tuple[_Level, list[Node]]:
     tagged = bool(tags) and any(tags)
     per_entry = ENTRY_OVERHEAD + (1 if tagged else 0)
     ends = _chunk_ends(
@@ -337,7 +343,9 @@ def _leaves(keys, values, tags, leaf_bytes) -> tuple[_Level, list[Node]]:
     return level, nodes
 
 
-def _postings_leaves(keys, blocks, leaf_bytes) -> tuple[_Level, list[Node]]:
+def _postings_leaves(
+    keys: list[bytes], blocks: list[Block], leaf_bytes: int
+) -> tuple[_Level, list[Node]]:
     sizes = [len(k) + len(b[BODY]) + BLOCK_HEAD_BYTES for k, b in zip(keys, blocks)]
     ends = _chunk_ends(sizes, leaf_bytes - NODE_OVERHEAD)
     level: _Level = []
@@ -506,7 +514,7 @@ class Run:
         *,
         exact: bool = True,
         read_under: int = 0,
-    ):
+    ) -> Reader:
         """Return the net count (PUT minus DELETE entries) of ``[lo, hi)``.
 
         Exact: the two edge paths only. Not exact (an estimate for the planner): stops above
@@ -532,7 +540,9 @@ class Run:
         nothing): what a long-running client ends up caching."""
         ref = self.ref
         level = [ref.root]
-        filters = [] if ref.filter is None else [ref.filter]  # read with the first level
+        filters: list[bytes] = (
+            [] if ref.filter is None else [ref.filter]
+        )  # read with the first level
         for _ in range(ref.height - 1):
             nodes = yield level + filters
             filters = []
@@ -577,7 +587,18 @@ class Run:
             ids += level
         return ids
 
-    def _descend(self, lo, hi, skip, end, reverse, *, exact, count_only=False, read_under=0):
+    def _descend(
+        self,
+        lo: bytes,
+        hi: bytes | None,
+        skip: int,
+        end: int | None,
+        reverse: bool,
+        *,
+        exact: bool,
+        count_only: bool = False,
+        read_under: int = 0,
+    ) -> Reader:
         """Walk down level by level, keeping only the nodes the window may need.
 
         Yields lists of node ids; returns the leaf level as items ``("leaf", node)`` and
@@ -591,7 +612,7 @@ class Run:
         # Windowed: only a window of positions is wanted (else every node in the range).
         windowed = skip > 0 or end is not None
         # ("node", id, lower bound, upper bound) | ("gap", net count)
-        items: list[tuple] = [("node", ref.root, b"", None)]
+        items: list[tuple[Any, ...]] = [("node", ref.root, b"", None)]
         depth = 0
         while True:
             ids = [item[1] for item in items if item[0] == "node"]
@@ -600,7 +621,7 @@ class Run:
                 return [(item[0], nodes[item[1]]) if item[0] == "node" else item for item in items]
             last_inner = depth == ref.height - 2
             depth += 1
-            new: list[tuple] = []
+            new: list[tuple[Any, ...]] = []
             before_min = before_max = 0
             for item in items:
                 if item[0] == "gap":
@@ -646,7 +667,7 @@ def _children(
     reverse: bool,
     want_lo: bytes = b"",
     want_hi: bytes | None = None,
-):
+) -> Iterator[tuple[bytes, bytes | None, bytes, int]]:
     """Yield ``(lower, upper, child id, net count)`` of the children of a node spanning
     ``[lo, hi)`` that may hold keys of ``[want_lo, want_hi)``, in scan order (found by
     bisecting the separators: a root of hundreds of children costs two bisects)."""

@@ -18,10 +18,12 @@ from collections.abc import Callable, Generator, Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from zerodb_core.crypto.blobs import BlobKind
+
 # What a reader asks for: a node id, or ``(blob id, blob kind)`` for other kinds of blob.
-BlobRequest = bytes | tuple[bytes, int]
+BlobRequest = bytes | tuple[bytes, BlobKind]
 # A read coroutine: yields lists of requests, receives {request: object}, returns its result.
-Reader = Generator[list[BlobRequest], dict[BlobRequest, Any], Any]
+Reader = Generator[Sequence[BlobRequest], dict[BlobRequest, Any], Any]
 
 
 class NodeSource(Protocol):
@@ -91,28 +93,34 @@ class Workspace:
                 requests = reader.send(answer) if answer is not None else next(reader)
                 answer = self._resolve(requests)
         except StopIteration as stop:
-            return stop.value
+            results: list[Any] = stop.value  # what gather returns
+            return results
         finally:
             _peek.reset(token)
 
     def _peek(self, request: BlobRequest) -> Any | None:
         """The object of a request if it is at hand (this transaction's, or cached)."""
-        blob_id = request if request.__class__ is bytes else request[0]
+        blob_id = request if isinstance(request, bytes) else request[0]
         obj = self.dirty.get(blob_id)
         return obj if obj is not None else self.source.lookup(blob_id)
 
-    def _resolve(self, requests: list[BlobRequest]) -> dict[BlobRequest, Any]:
+    def _resolve(self, requests: Sequence[BlobRequest]) -> dict[BlobRequest, Any]:
         """Fetch what the readers wait for (the gather answered what was at hand), with
         the nodes asked to come along (:meth:`prefetch`), in one request."""
-        asked = {r if r.__class__ is bytes else r[0] for r in requests}
-        extra = [i for i in self.wanted if i not in asked]
+        asked = {r if isinstance(r, bytes) else r[0] for r in requests}
+        extra: list[BlobRequest] = [i for i in self.wanted if i not in asked]
         self.wanted = []
         fetched = self.source.fetch(list(requests) + extra)  # all cached by the source
         return {r: fetched[r] for r in requests}
 
 
+# A reader waiting: (its index, itself, its requests, those of them already at hand)
+_Waiting = tuple[int, Reader, Sequence[BlobRequest], dict[BlobRequest, Any]]
+_Peek = Callable[[BlobRequest], Any | None]
+
+
 # What Workspace.run answers without a fetch, for the gathers it drives (None: nothing).
-_peek: ContextVar[Callable[[BlobRequest], Any | None] | None] = ContextVar("peek", default=None)
+_peek: ContextVar[_Peek | None] = ContextVar("peek", default=None)
 
 
 def gather(readers: Sequence[Reader]) -> Reader:
@@ -127,8 +135,7 @@ def gather(readers: Sequence[Reader]) -> Reader:
     """
     peek = _peek.get()
     results: list[Any] = [None] * len(readers)
-    # (index, reader, its requests, those of them already at hand)
-    waiting: list[tuple[int, Reader, list[BlobRequest], dict]] = []
+    waiting: list[_Waiting] = []
     for index, reader in enumerate(readers):
         _step(index, reader, None, results, waiting, peek)
     while waiting:
@@ -143,7 +150,14 @@ def gather(readers: Sequence[Reader]) -> Reader:
     return results
 
 
-def _step(index, reader, answer, results, waiting, peek) -> None:
+def _step(
+    index: int,
+    reader: Reader,
+    answer: dict[BlobRequest, Any] | None,
+    results: list[Any],
+    waiting: list[_Waiting],
+    peek: _Peek | None,
+) -> None:
     """Advance one reader until it asks for something not at hand (or finishes)."""
     while True:
         try:

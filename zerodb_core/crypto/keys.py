@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NoReturn
 
 from zerodb_core.crypto._wire import length_prefixed
 
@@ -118,5 +118,5 @@ class KeyHierarchy:
 
     __str__ = __repr__
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("key material must not be pickled or copied out of process")

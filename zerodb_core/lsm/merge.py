@@ -21,6 +21,7 @@ import math
 
 from zerodb_core.btree import Leaf, Reader, Run, RunRef, gather
 from zerodb_core.btree.node import DELETE, PUT, REPLACE
+from zerodb_core.btree.run import Segment
 from zerodb_core.exceptions import IntegrityError
 
 # Runs merged at once, and the size ratio between levels.
@@ -104,7 +105,7 @@ def _combine_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
         ),
         key=lambda span: (span[0], span[1]),
     )
-    segments: list = []
+    segments: list[Segment] = []
     combined: list[tuple[int, Leaf]] = []  # overlapping leaves waiting to be combined
     kept: set[bytes] = set()
     group: list[tuple[int, Leaf]] = []
@@ -126,9 +127,12 @@ def _apart(runs: tuple[RunRef, ...]) -> bool:
     """Whether the runs' keys cannot overlap, by their fence keys (bounds of their first
     and last keys); runs with a filter of values are not taken apart from their
     entries (the merged run's filter needs them)."""
-    if any(run.first is None or run.last is None or run.filter is not None for run in runs):
-        return False
-    spans = sorted((run.first, run.last) for run in runs)
+    spans: list[tuple[bytes, bytes]] = []
+    for run in runs:
+        if run.first is None or run.last is None or run.filter is not None:
+            return False
+        spans.append((run.first, run.last))
+    spans.sort()
     return all(spans[i][1] < spans[i + 1][0] for i in range(len(spans) - 1))
 
 
@@ -136,7 +140,7 @@ def _concatenate_reader(runs: tuple[RunRef, ...]) -> Reader:
     """Merge runs whose keys do not overlap, reading only their inner nodes: every leaf
     is kept (nothing to combine; with no tombstone or replacement among them, nothing to
     drop at the bottom either), and only the inner nodes become garbage."""
-    ordered = sorted(runs, key=lambda run: run.first)
+    ordered = sorted(runs, key=lambda run: run.first or b"")  # apart: none is None
     parts = yield from gather(
         [Run(run).kept_leaves_reader() for run in ordered]
         + [Run(run).node_ids_reader() for run in ordered]
@@ -147,7 +151,13 @@ def _concatenate_reader(runs: tuple[RunRef, ...]) -> Reader:
     return segments, garbage
 
 
-def _close(group, bottom: bool, segments: list, combined: list, kept: set) -> None:
+def _close(
+    group: list[tuple[int, Leaf]],
+    bottom: bool,
+    segments: list[Segment],
+    combined: list[tuple[int, Leaf]],
+    kept: set[bytes],
+) -> None:
     """End a group of leaves whose key ranges chain together: a lone leaf is kept as it
     is (unless tombstones must go, at the bottom); several are combined."""
     if len(group) == 1 and not (bottom and group[0][1].tags):
@@ -159,7 +169,7 @@ def _close(group, bottom: bool, segments: list, combined: list, kept: set) -> No
         combined.extend(group)
 
 
-def _flush(combined: list[tuple[int, Leaf]], bottom: bool, segments: list) -> None:
+def _flush(combined: list[tuple[int, Leaf]], bottom: bool, segments: list[Segment]) -> None:
     """Combine waiting leaves (newest entry of each key wins, by the exact rules) into one
     segment of entries."""
     if not combined:

@@ -17,10 +17,26 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol
 
 from zerodb_core.btree.node import DELETE, PUT, REPLACE
 from zerodb_core.exceptions import QueryError
+
+# An entry: (tag, value); the value is a record's bytes, or a posting of a full-text
+# index as a tuple (term key, pk, document length, positions) until blocks are cut.
+Entry = tuple[int, Any]
+# New postings of one term: (pk keys, pks, document lengths, positions)
+Segment = tuple[list[bytes], list[Any], list[int], list[list[int]]]
+
+
+class _Restorer(Protocol):
+    """An owner of undo-log items: it puts back what it logged under ``key``."""
+
+    def restore(self, key: Any, prior: Any, /) -> None: ...
+
+
+# The undo log of a savepoint: (owner, key, what the key had before), oldest first.
+UndoLog = list[tuple[_Restorer, Any, Any]]
 
 
 class Pending:
@@ -34,9 +50,9 @@ class Pending:
 
     __slots__ = ("_added", "_entries", "_segments", "_sorted", "undo")
 
-    def __init__(self, undo: list | None) -> None:
-        self._entries: dict[bytes, tuple[int, Any]] = {}
-        self._segments: dict[bytes, list[tuple[list, list, list, list]]] = {}
+    def __init__(self, undo: UndoLog | None) -> None:
+        self._entries: dict[bytes, Entry] = {}
+        self._segments: dict[bytes, list[Segment]] = {}
         # Sorted keys, kept lazily: a bulk load adds many keys between two reads.
         self._sorted: list[bytes] | None = []
         self._added: list[bytes] = []
@@ -59,7 +75,7 @@ class Pending:
 
     # -- writes ---------------------------------------------------------------------
 
-    def put(self, key: bytes, value: bytes, live: bool) -> None:
+    def put(self, key: bytes, value: bytes | tuple[Any, ...], live: bool) -> None:
         """Set ``key`` to ``value``; ``live``: whether the key is live in the snapshot
         (only asked when this transaction has not touched the key yet)."""
         prior = self.entries.get(key)
@@ -68,7 +84,7 @@ class Pending:
         tag = REPLACE if live else PUT
         self._set(key, prior, (tag, value))
 
-    def delete(self, key: bytes, tombstone=b"") -> None:
+    def delete(self, key: bytes, tombstone: Any = b"") -> None:
         """Remove ``key``, which must be live (in the snapshot or through this
         transaction); ``tombstone`` is the value the removal keeps."""
         prior = self.entries.get(key)
@@ -85,7 +101,7 @@ class Pending:
         self,
         term_key: bytes,
         pk_keys: list[bytes],
-        pks: list,
+        pks: list[Any],
         dls: list[int],
         positions: list[list[int]],
     ) -> None:
@@ -99,7 +115,7 @@ class Pending:
             return
         self._segments.setdefault(term_key, []).append((pk_keys, pks, dls, positions))
 
-    def only_segments(self) -> dict[bytes, list[tuple[list, list, list, list]]] | None:
+    def only_segments(self) -> dict[bytes, list[Segment]] | None:
         """The waiting segments, if they are all the changes (else None). The commit
         cuts them into blocks and leaves them be: a commit that failed may be tried
         again, and the transaction still reads them."""
@@ -130,12 +146,12 @@ class Pending:
         if self._sorted is not None:
             self._added += keys
 
-    def _set(self, key: bytes, prior, new) -> None:
+    def _set(self, key: bytes, prior: Entry | None, new: Entry | None) -> None:
         if self.undo is not None:
             self.undo.append((self, key, prior))
         self.restore(key, new)
 
-    def restore(self, key: bytes, entry) -> None:
+    def restore(self, key: bytes, entry: Entry | None) -> None:
         """Set ``key``'s entry (None: no entry), keeping the sorted view right."""
         entries = self.entries
         if entry is None:
@@ -197,7 +213,7 @@ class Changes:
 
     def __init__(self) -> None:
         self.trees: dict[str, Pending] = {}
-        self.undo: list | None = None
+        self.undo: UndoLog | None = None
 
     def get(self, name: str) -> Pending | None:
         return self.trees.get(name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, islice
 from operator import lt
 from typing import Any
@@ -30,6 +30,7 @@ from zerodb_core.btree.blocks import (
     MIN_DL,
     NET,
     TERM_LEN,
+    Block,
     block_offsets,
     block_pks,
     block_postings,
@@ -37,7 +38,8 @@ from zerodb_core.btree.blocks import (
 )
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import IntegrityError
-from zerodb_core.lsm.topk import DescendingKey
+from zerodb_core.lsm.pending import Segment
+from zerodb_core.lsm.topk import DescendingKey, Weight
 from zerodb_core.lsm.tree import TreeView
 
 # Blocks of fewer postings than this are joined with small neighbours when runs merge.
@@ -47,6 +49,10 @@ SMALL_BLOCK = BLOCK_POSTINGS // 4
 Posting = tuple[int, list[int]]
 
 
+# A block with the age of its run (0: the newest) and its key.
+AgedBlock = tuple[int, bytes, Block]
+
+
 class TextTree(TreeView):
     """One full-text index as a snapshot or transaction sees it."""
 
@@ -54,10 +60,10 @@ class TextTree(TreeView):
 
     # -- writes (exact changes, keys ``term key + pk key``) ----------------------------
 
-    def put(self, key: bytes, value: tuple, live: bool) -> None:
+    def put(self, key: bytes, value: tuple[Any, ...], live: bool) -> None:
         self.view.changes.writable(self.name).put(key, value, live)
 
-    def put_new(self, keys: list[bytes], values: list[tuple]) -> None:
+    def put_new(self, keys: list[bytes], values: list[tuple[Any, ...]]) -> None:
         if keys:
             self.view.changes.writable(self.name).put_new(keys, values)
 
@@ -65,7 +71,7 @@ class TextTree(TreeView):
         self,
         term_key: bytes,
         pk_keys: list[bytes],
-        pks: list,
+        pks: list[Any],
         dls: list[int],
         positions: list[list[int]],
     ) -> None:
@@ -73,7 +79,7 @@ class TextTree(TreeView):
         parallel lists: no entry per posting is made before the commit cuts blocks."""
         self.view.changes.writable(self.name).add_postings(term_key, pk_keys, pks, dls, positions)
 
-    def delete(self, key: bytes, value: tuple) -> None:
+    def delete(self, key: bytes, value: tuple[Any, ...]) -> None:
         """Remove a posting; ``value`` is the posting, which the tombstone keeps (its
         term and primary key) with no positions."""
         term_key, pk = value[0], value[1]
@@ -93,7 +99,7 @@ class TextTree(TreeView):
                     readers.append(Run(run).entries_reader(term_key, hi))
                     owners.append((n, age))
         parts = yield from gather(readers)
-        out: list[list[tuple[int, bytes, list]]] = [[] for _ in term_keys]
+        out: list[list[AgedBlock]] = [[] for _ in term_keys]
         for (n, age), (keys, _, blocks) in zip(owners, parts):
             out[n].extend((age, key, block) for key, block in zip(keys, blocks))
         return out
@@ -122,7 +128,7 @@ class TextTree(TreeView):
         length, positions))]`` in key order (for checks and rebuilds, not queries)."""
         self.note_range(b"", None)
         parts = yield from gather([Run(run).entries_reader() for run in self.runs])
-        by_term: dict[bytes, list[tuple[int, bytes, list]]] = {}
+        by_term: dict[bytes, list[AgedBlock]] = {}
         for age, (keys, _, blocks) in enumerate(parts):
             for key, block in zip(keys, blocks):
                 by_term.setdefault(key[: block[TERM_LEN]], []).append((age, key, block))
@@ -131,7 +137,7 @@ class TextTree(TreeView):
             for value in {value[0]: value for _, value in pending.entries.values()}.values():
                 by_term.setdefault(value[0], [])
         found = yield from self.postings_reader(sorted(by_term))
-        out = []
+        out: list[tuple[bytes, tuple[bytes, Any, int, list[int]]]] = []
         for term_key, live in zip(sorted(by_term), found):
             out.extend(
                 (term_key + encode_key(pk), (term_key, pk, dl, at)) for pk, (dl, at) in live.items()
@@ -157,7 +163,7 @@ class TextTree(TreeView):
                 out.append(TermPostings([], live))
         return out
 
-    def top_reader(self, term_key: bytes, k: int, weight_for) -> Reader:
+    def top_reader(self, term_key: bytes, k: int, weight_for: Callable[[int], Weight]) -> Reader:
         """Return the ``k`` best ``(score, pk)`` of one term, best first (ties by pk),
         with ``weight_for(document frequency)(tf, dl)`` its score: blocks are read in the
         order of their bound (the weight of their largest tf at their smallest length)
@@ -174,7 +180,7 @@ class TextTree(TreeView):
             return _best(((weight(len(p), dl), pk) for pk, (dl, p) in live.items()), k)
         (blocks,) = yield from self.blocks_reader([term_key])
         weight = weight_for(sum(block[NET] for _, _, block in blocks))
-        newer = None  # made when a block of an older run comes up
+        newer: _NewerRuns | None = None  # made when a block of an older run comes up
         # Best bound first; among equal bounds, smaller keys first (ties rank by pk).
         # Blocks share few (largest tf, smallest length) pairs: each bound is worked out once.
         bounds: dict[tuple[int, int], float] = {}
@@ -197,12 +203,17 @@ class TextTree(TreeView):
             need = _least_tf(weight, block, best[0][0] if len(best) == k else None)
             if age and newer is None:
                 newer = _NewerRuns(blocks)
-            covered = age and newer.overlaps(first, block[LAST], age)
+            # the newer runs, when they may hold postings of this block
+            covering = (
+                newer
+                if age and newer is not None and newer.overlaps(first, block[LAST], age)
+                else None
+            )
             for i, where in enumerate(positions):
                 if len(where) < need or tags[i] == DELETE:
                     continue
                 pk = pks[i]
-                if covered and newer.supersede(pk, age):
+                if covering is not None and covering.supersede(pk, age):
                     continue
                 entry = (weight(len(where), dls[i]), DescendingKey(pk))
                 if len(best) < k:
@@ -213,7 +224,7 @@ class TextTree(TreeView):
 
     # -- commit -------------------------------------------------------------------------
 
-    def pending_blocks(self) -> tuple[list[bytes], list[list]]:
+    def pending_blocks(self) -> tuple[list[bytes], list[Block]]:
         """The keys and blocks of this transaction's pending postings."""
         pending = self.view.changes.get(self.name)
         assert pending is not None
@@ -223,7 +234,7 @@ class TextTree(TreeView):
         keys = pending.sorted_keys()
         entries = pending.entries
         out_keys: list[bytes] = []
-        blocks: list[list] = []
+        blocks: list[Block] = []
         i, n = 0, len(keys)
         while i < n:
             term_key = entries[keys[i]][1][0]
@@ -244,11 +255,11 @@ class TextTree(TreeView):
         return out_keys, blocks
 
 
-def _segment_blocks(segments: dict[bytes, list]) -> tuple[list[bytes], list[list]]:
+def _segment_blocks(segments: dict[bytes, list[Segment]]) -> tuple[list[bytes], list[Block]]:
     """Blocks cut from the postings of new documents, term by term (sorted by pk key
     only when they did not come in that order)."""
     out_keys: list[bytes] = []
-    blocks: list[list] = []
+    blocks: list[Block] = []
     for term_key in sorted(segments):
         batches = segments[term_key]
         if len(batches) == 1:
@@ -259,9 +270,10 @@ def _segment_blocks(segments: dict[bytes, list]) -> tuple[list[bytes], list[list
             )
         if not all(map(lt, pk_keys, islice(pk_keys, 1, None))):
             order = sorted(range(len(pk_keys)), key=pk_keys.__getitem__)
-            pk_keys, pks, dls, positions = (
-                [part[i] for i in order] for part in (pk_keys, pks, dls, positions)
-            )
+            pk_keys = [pk_keys[i] for i in order]
+            pks = [pks[i] for i in order]
+            dls = [dls[i] for i in order]
+            positions = [positions[i] for i in order]
         term_len = len(term_key)
         for start in range(0, len(pk_keys), BLOCK_POSTINGS):
             end = start + BLOCK_POSTINGS
@@ -279,7 +291,7 @@ class TermPostings:
 
     __slots__ = ("blocks", "live")
 
-    def __init__(self, blocks: list[list], live: dict[Any, Posting] | None) -> None:
+    def __init__(self, blocks: list[Block], live: dict[Any, Posting] | None) -> None:
         self.blocks = blocks
         self.live = live
 
@@ -290,13 +302,13 @@ class TermPostings:
             return len(self.live)
         return sum(block[COUNT] for block in self.blocks)
 
-    def documents(self) -> set:
+    def documents(self) -> set[Any]:
         """Every document holding the term."""
         if self.live is not None:
             return set(self.live)
         return set(chain.from_iterable(map(block_pks, self.blocks)))
 
-    def match(self, candidates: set) -> dict[Any, Posting]:
+    def match(self, candidates: set[Any]) -> dict[Any, Posting]:
         """``{pk: (document length, positions)}`` of the ``candidates`` holding the term
         (block by block: which candidates a block holds is a set intersection, in C)."""
         if self.live is not None:
@@ -314,7 +326,7 @@ class TermPostings:
         return out
 
 
-def combine_postings(blocks: Iterable[tuple[int, bytes, list]]) -> dict[Any, Posting]:
+def combine_postings(blocks: Iterable[AgedBlock]) -> dict[Any, Posting]:
     """The live postings of one term's blocks from several runs (newest run first)."""
     blocks = sorted(blocks, key=lambda item: -item[0])  # oldest run first
     live: dict[Any, Posting] = {}
@@ -344,12 +356,12 @@ def merge_postings_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
         [Run(run).entries_reader() for run in runs] + [Run(run).node_ids_reader() for run in runs]
     )
     contents, ids = parts[: len(runs)], parts[len(runs) :]
-    by_term: dict[bytes, list[tuple[int, bytes, list]]] = {}
+    by_term: dict[bytes, list[AgedBlock]] = {}
     for age, (keys, _, blocks) in enumerate(contents):
         for key, block in zip(keys, blocks):
             by_term.setdefault(key[: block[TERM_LEN]], []).append((age, key, block))
     out_keys: list[bytes] = []
-    out_blocks: list[list] = []
+    out_blocks: list[Block] = []
     for term_key in sorted(by_term):
         for key, block in _merge_term(term_key, by_term[term_key], bottom):
             out_keys.append(key)
@@ -358,7 +370,9 @@ def merge_postings_reader(runs: tuple[RunRef, ...], bottom: bool) -> Reader:
     return segments, [node_id for part in ids for node_id in part]
 
 
-def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: bool):
+def _merge_term(
+    term_key: bytes, blocks: list[AgedBlock], bottom: bool
+) -> list[tuple[bytes, Block]]:
     """One term's blocks after a merge, in key order."""
     ages = {age for age, _, _ in blocks}
     if len(ages) > 1 and _overlap(blocks):
@@ -382,7 +396,7 @@ def _merge_term(term_key: bytes, blocks: list[tuple[int, bytes, list]], bottom: 
     return _join_small(term_key, merged)
 
 
-def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
+def _overlap(blocks: list[AgedBlock]) -> bool:
     """Whether the runs' ranges of primary keys for the term overlap (from the blocks'
     keys and heads: nothing is decoded)."""
     term_len = blocks[0][2][TERM_LEN]
@@ -398,7 +412,7 @@ def _overlap(blocks: list[tuple[int, bytes, list]]) -> bool:
     return any(ordered[i][1] >= ordered[i + 1][0] for i in range(len(ordered) - 1))
 
 
-def _least_tf(weight, block: list, threshold: float | None) -> int:
+def _least_tf(weight: Weight, block: Block, threshold: float | None) -> int:
     """The smallest term frequency a posting of ``block`` needs to reach ``threshold``
     (its weight is at most ``weight(tf, smallest length of the block)``), so postings
     below it are skipped unscored."""
@@ -410,9 +424,9 @@ def _least_tf(weight, block: list, threshold: float | None) -> int:
     return tf
 
 
-def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
+def _combine_exact(blocks: list[AgedBlock]) -> dict[Any, tuple[int, int, list[int]]]:
     """Postings of several runs combined by the exact rules: ``{pk: (tag, dl, positions)}``."""
-    out: dict[Any, tuple] = {}
+    out: dict[Any, tuple[int, int, list[int]]] = {}
     for _, _, block in sorted(blocks, key=lambda item: -item[0]):  # oldest first
         pks, tags, dls, positions = block_postings(block)
         for pk, tag, dl, where in zip(pks, tags, dls, positions):
@@ -434,7 +448,7 @@ def _combine_exact(blocks: list[tuple[int, bytes, list]]) -> dict[Any, tuple]:
     return out
 
 
-def _as_bottom(item: tuple[bytes, list]) -> tuple[bytes, list] | None:
+def _as_bottom(item: tuple[bytes, Block]) -> tuple[bytes, Block] | None:
     """A block of the oldest run: removed postings dropped, replacements made puts."""
     key, block = item
     if not block[CHANGES]:
@@ -453,16 +467,17 @@ def _as_bottom(item: tuple[bytes, list]) -> tuple[bytes, list] | None:
     )
 
 
-def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
+def _join_small(term_key: bytes, merged: list[tuple[bytes, Block]]) -> list[tuple[bytes, Block]]:
     """Join runs of neighbouring small blocks into full ones (single-record commits leave
     blocks of a posting or two; merged runs should not keep them so). Blocks of a quarter
     full or more stay as they are: a load's blocks are moved, not decoded."""
-    out: list[tuple[bytes, list]] = []
-    pending: list[tuple[bytes, list]] = []  # neighbouring small blocks, to join
+    out: list[tuple[bytes, Block]] = []
+    pending: list[tuple[bytes, Block]] = []  # neighbouring small blocks, to join
     size = 0
-    for key, block in [*merged, (b"", None)]:
+    last: list[tuple[bytes, Block | None]] = [(b"", None)]  # flushes what is pending
+    for key, block in [*merged, *last]:
         small = block is not None and not block[CHANGES] and block[COUNT] < SMALL_BLOCK
-        if small and size + block[COUNT] <= BLOCK_POSTINGS:
+        if small and block is not None and size + block[COUNT] <= BLOCK_POSTINGS:
             pending.append((key, block))
             size += block[COUNT]
             continue
@@ -482,7 +497,7 @@ def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
                     ),
                 )
             )
-        pending, size = ([(key, block)], block[COUNT]) if small else ([], 0)
+        pending, size = ([(key, block)], block[COUNT]) if small and block is not None else ([], 0)
         if block is not None and not small:
             out.append((key, block))
     return out
@@ -491,8 +506,8 @@ def _join_small(term_key: bytes, merged: list[tuple[bytes, list]]):
 class _NewerRuns:
     """Which postings of older runs newer runs hold too (so only the newest counts)."""
 
-    def __init__(self, blocks: list[tuple[int, bytes, list]]) -> None:
-        self.by_age: dict[int, tuple[list[bytes], list[list]]] = {}
+    def __init__(self, blocks: list[AgedBlock]) -> None:
+        self.by_age: dict[int, tuple[list[bytes], list[Block]]] = {}
         # Blocks come run by run, each run's in key order (as blocks_reader reads them):
         # sorted only if they do not.
         if any(a > b for a, b in zip(blocks, islice(blocks, 1, None)) if a[0] == b[0]):
@@ -501,7 +516,7 @@ class _NewerRuns:
             keys, items = self.by_age.setdefault(age, ([], []))
             keys.append(key[block[TERM_LEN] :])
             items.append(block)
-        self.cache: dict[int, set] = {}
+        self.cache: dict[int, set[Any]] = {}
 
     def overlaps(self, first: bytes, last: bytes, age: int) -> bool:
         """Whether a run newer than ``age`` has a block of the term whose keys may fall

@@ -33,6 +33,7 @@ from zerodb_core.btree.blocks import (
     LAST,
     MAX_TF,
     MIN_DL,
+    Block,
     block_offsets,
     block_pks,
     block_postings,
@@ -78,7 +79,7 @@ class _Word:
 
     __slots__ = ("blocks", "bound", "df", "lasts", "weight")
 
-    def __init__(self, blocks: list[list], weight: Weight) -> None:
+    def __init__(self, blocks: list[Block], weight: Weight) -> None:
         lasts = list(map(itemgetter(LAST), blocks))
         if not all(map(lt, lasts, islice(lasts, 1, None))):  # blocks of several runs
             blocks = sorted(blocks, key=itemgetter(LAST))
@@ -91,7 +92,7 @@ class _Word:
             max(map(itemgetter(MAX_TF), blocks)), min(map(itemgetter(MIN_DL), blocks))
         )
 
-    def weigh(self, candidates: set, first: bytes, last: bytes) -> dict[Any, float]:
+    def weigh(self, candidates: set[Any], first: bytes, last: bytes) -> dict[Any, float]:
         """``{pk: weight}`` of the ``candidates`` holding the word, all of them between
         the keys ``first`` and ``last``: only the blocks spanning those keys are read
         (which candidates a block holds is a set intersection, in C)."""
@@ -133,7 +134,7 @@ class _Cached:
         return tf
 
 
-def top_of_all(words: list[tuple[list[list], Weight]], k: int) -> list[tuple[float, Any]]:
+def top_of_all(words: list[tuple[list[Block], Weight]], k: int) -> list[tuple[float, Any]]:
     """The ``k`` best ``(score, pk)`` of the documents holding every word, best first
     (ties by pk), a document's score the sum of its weights in the order of ``words``.
 

@@ -17,8 +17,10 @@ from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
 from zerodb_core.btree import Reader, Run, RunRef, gather
+from zerodb_core.btree.filters import BloomFilter
 from zerodb_core.btree.node import DELETE
 from zerodb_core.encoding import encode_key
+from zerodb_core.exceptions import QueryError
 from zerodb_core.lsm.pending import Pending
 from zerodb_core.lsm.window import window_reader
 from zerodb_core.schema import UNIQUE
@@ -55,6 +57,11 @@ class TreeView:
         if reads is not None:
             reads.note_range(self.name, lo, hi)
 
+    def _filtered_runs(self, runs: list[RunRef], value: bytes) -> Reader:
+        """The runs that may hold entries of the whole value ``value``: only an ordered
+        index's runs have filters of values (:class:`LogTree` overrides this)."""
+        raise QueryError("only an ordered index counts the entries of one value")
+
     def count_reader(
         self,
         lo: bytes = b"",
@@ -63,7 +70,7 @@ class TreeView:
         exact: bool = True,
         read_under: int = 0,
         value: bool = False,
-    ):
+    ) -> Reader:
         """Return the number of live keys in ``[lo, hi)`` (an estimate with no leaf read
         when not ``exact``; ``read_under``: see ``Run.count_reader``); of a posting
         index, its postings. ``value``: the range holds the entries of one whole value
@@ -236,7 +243,7 @@ def _filters_reader(runs: list[RunRef]) -> Reader:
     return {blob_id: found[blob_id] for blob_id in ids}
 
 
-def _passes(filters: dict, run: RunRef, value: bytes) -> bool:
+def _passes(filters: dict[bytes, BloomFilter], run: RunRef, value: bytes) -> bool:
     return run.filter is None or filters[run.filter].may_hold(value)
 
 

@@ -28,7 +28,7 @@ from bisect import bisect_left
 from itertools import accumulate
 
 from zerodb_core.btree import Reader, RunRef
-from zerodb_core.btree.node import DELETE, PUT, REPLACE
+from zerodb_core.btree.node import DELETE, PUT, REPLACE, Inner, Leaf
 from zerodb_core.lsm.pending import Pending
 
 _NET = {PUT: 1, REPLACE: 0, DELETE: -1}
@@ -54,7 +54,9 @@ class _Piece:
         self.prefix: list[int] = []
 
     @classmethod
-    def of_node(cls, node_id: bytes, lo, hi, net: int, dels: int, inside: bool) -> _Piece:
+    def of_node(
+        cls, node_id: bytes, lo: bytes, hi: bytes | None, net: int, dels: int, inside: bool
+    ) -> _Piece:
         piece = cls(lo, hi, inside)
         piece.node = node_id
         piece.net = net
@@ -62,7 +64,9 @@ class _Piece:
         return piece
 
     @classmethod
-    def of_entries(cls, lo, hi, keys, tags, values) -> _Piece:
+    def of_entries(
+        cls, lo: bytes, hi: bytes | None, keys: list[bytes], tags: bytes, values: list[bytes]
+    ) -> _Piece:
         """Entries already clipped to the scanned range; ``tags`` empty: all PUT."""
         piece = cls(lo, hi, True)
         piece.keys = keys
@@ -118,10 +122,10 @@ def window_reader(
     key order or (``reverse``) from the top; ``runs`` newest first, after ``pending``."""
     sources: list[list[_Piece]] = []
     if pending is not None:
-        keys, a, b = pending.span(lo, hi)
-        if b > a:
+        keys, i, j = pending.span(lo, hi)
+        if j > i:
             entries = pending.entries
-            chosen = keys[a:b]
+            chosen = keys[i:j]
             tags = bytes(entries[k][0] for k in chosen)
             values = [entries[k][1] for k in chosen]
             sources.append([_Piece.of_entries(b"", None, chosen, tags, values)])
@@ -168,9 +172,9 @@ def _settle(pieces: list[_Piece], a: bytes, b: bytes | None) -> tuple[list[_Piec
     return kept, before, after
 
 
-def _expand(node, piece: _Piece, lo: bytes, hi: bytes | None) -> list[_Piece]:
+def _expand(node: Leaf | Inner, piece: _Piece, lo: bytes, hi: bytes | None) -> list[_Piece]:
     """The pieces a read node stands for, within the scanned range."""
-    if node.is_leaf:
+    if not isinstance(node, Inner):  # node.is_leaf
         keys = node.keys
         i = bisect_left(keys, lo) if lo else 0
         j = len(keys) if hi is None else bisect_left(keys, hi, i)
@@ -192,7 +196,16 @@ def _expand(node, piece: _Piece, lo: bytes, hi: bytes | None) -> list[_Piece]:
     return out
 
 
-def _narrow(sources, a, b, before, after, start, stop, reverse):
+def _narrow(
+    sources: list[list[_Piece]],
+    a: bytes,
+    b: bytes | None,
+    before: int,
+    after: int,
+    start: int,
+    stop: int | None,
+    reverse: bool,
+) -> tuple[bytes, bytes | None]:
     """The narrowest candidate interval sure to hold the window."""
     candidates: set[bytes] = set()
     for source in sources:
@@ -259,7 +272,16 @@ class _Table:
         return low, high
 
 
-def _cut(sources, a, b, before, after, start, stop, reverse) -> list[tuple[bytes, bytes]]:
+def _cut(
+    sources: list[list[_Piece]],
+    a: bytes,
+    b: bytes | None,
+    before: int,
+    after: int,
+    start: int,
+    stop: int | None,
+    reverse: bool,
+) -> list[tuple[bytes, bytes]]:
     """Merge the entries of ``[a, b)`` (newest source wins) and cut the window out."""
     merged: dict[bytes, tuple[int, bytes]] = {}
     for source in reversed(sources):  # oldest first: newer entries overwrite

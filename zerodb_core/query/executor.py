@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from operator import neg
 from typing import Any
 
-from zerodb_core.btree import gather
+from zerodb_core.btree import Reader, gather
 from zerodb_core.encoding import encode_key, key_after
 from zerodb_core.exceptions import QueryError
-from zerodb_core.lsm.topk import top_of_all
-from zerodb_core.query.operators import And, Expr
+from zerodb_core.lsm.postings import Posting, TermPostings
+from zerodb_core.lsm.topk import Weight, top_of_all
+from zerodb_core.query.operators import And, Expr, KeyRange
 from zerodb_core.query.planner import (
     Complement,
     IndexScan,
@@ -57,6 +58,12 @@ def sort_key(value: Any) -> bytes:
         return b"\xff\xff"
 
 
+# A scan a plan's source is made of, read by one reader.
+_Leaf = IndexScan | TextScan | TrigramScan
+# Primary keys in source order, and BM25 scores when a text scan takes part.
+_Found = tuple[list[Any], dict[Any, float] | None]
+
+
 class Executor:
     """Evaluate plans of one model on one snapshot."""
 
@@ -80,7 +87,9 @@ class Executor:
         smallest = min(estimates.values())
         limit = smallest * INTERSECT_RATIO + INTERSECT_FLOOR
         kept = [p for p in source.parts if estimates.get(id(p), 0) <= limit]
-        moved = [p.predicate for p in scans if estimates[id(p)] > limit]
+        moved = [  # (a scan of the whole index has no condition to move)
+            p.predicate for p in scans if estimates[id(p)] > limit and p.predicate is not None
+        ]
         if not moved:
             return plan
         residuals = moved + ([plan.residual] if plan.residual is not None else [])
@@ -96,7 +105,8 @@ class Executor:
         for n, scan in enumerate(scans):
             tree = self.view.tree(scan.tree)
             trigrams = isinstance(scan, TrigramScan)
-            if trigrams:
+            ranges: list[KeyRange]
+            if isinstance(scan, TrigramScan):
                 ranges = [(k, key_after(k)) for k in map(encode_key, scan.predicate.terms)]
             else:
                 ranges = scan.ranges
@@ -134,7 +144,8 @@ class Executor:
             ]
             if then_read:
                 self.table.records.prefetch()
-            return sum(self.view.run(readers))
+            counts: list[int] = self.view.run(readers)
+            return sum(counts)
         return len(self.primary_keys(plan.source, records=then_read)[0])
 
     # -- candidates ----------------------------------------------------------------------
@@ -144,7 +155,7 @@ class Executor:
     ) -> tuple[list[Any], dict[Any, float] | None]:
         """Materialise a source: its primary keys in source order, and BM25 scores if a
         text scan takes part. ``records``: the records will be read next."""
-        leaves: list[IndexScan | TextScan | None] = []
+        leaves: list[_Leaf | None] = []
         _collect(source, leaves)
         if _needs_all(source):
             leaves.append(ALL_KEYS)  # every primary key, for complements
@@ -154,7 +165,7 @@ class Executor:
         results = dict(zip(map(id, leaves), self.view.run(readers)))
         return self._combine(source, results)
 
-    def _scan_reader(self, leaf):
+    def _scan_reader(self, leaf: _Leaf | None) -> Reader:
         if leaf is ALL_KEYS:
             return self._all_pks_reader()
         if isinstance(leaf, TextScan):
@@ -163,7 +174,9 @@ class Executor:
             return self._trigram_reader(leaf)
         return self._index_reader(leaf)
 
-    def _index_reader(self, scan: IndexScan, skip=0, limit=None, reverse=False):
+    def _index_reader(
+        self, scan: IndexScan, skip: int = 0, limit: int | None = None, reverse: bool = False
+    ) -> Reader:
         tree = self.view.tree(scan.tree)
         ranges = reversed(scan.ranges) if reverse else scan.ranges
         value = scan.whole_values
@@ -173,7 +186,7 @@ class Executor:
         pks = [unpack(v) for entries in scans for _, v in entries]
         return pks[skip:] if limit is None else pks[skip : skip + limit]
 
-    def _all_pks_reader(self):
+    def _all_pks_reader(self) -> Reader:
         """Every primary key, from the smallest ordered index (every record has an entry
         in each, None included) or else from the records themselves."""
         ordered = [
@@ -186,7 +199,7 @@ class Executor:
         rows = yield from self.table.scan_reader()
         return [pk for pk, _ in rows]
 
-    def _text_reader(self, scan: TextScan, top: int | None = None):
+    def _text_reader(self, scan: TextScan, top: int | None = None) -> Reader:
         """Documents holding every group of the search, ranked by BM25 (ties by pk), and
         their scores; with ``top``, only the ``top`` best.
 
@@ -240,7 +253,7 @@ class Executor:
                 scores[pk] += weight
         return (_rank(scores, top), scores)
 
-    def _trigram_reader(self, scan: TrigramScan):
+    def _trigram_reader(self, scan: TrigramScan) -> Reader:
         """Documents whose folded text holds the needle, in key order, and no scores:
         the postings of the trigrams covering the needle, rarest first, each narrowing
         the documents down, then their positions checked."""
@@ -255,13 +268,15 @@ class Executor:
     def top_text(self, scan: TextScan, k: int) -> list[Any]:
         """The ``k`` best documents of a search, best first."""
         self.table.records.prefetch()
-        return self.view.run([self._text_reader(scan, k)])[0][0]
+        found: _Found = self.view.run([self._text_reader(scan, k)])[0]
+        return found[0]
 
-    def _combine(self, source, results) -> tuple[list[Any], dict[Any, float] | None]:
+    def _combine(self, source: Source, results: dict[int, Any]) -> _Found:
         if isinstance(source, IndexScan):
             return results[id(source)], None
         if isinstance(source, TextScan | TrigramScan):
-            return results[id(source)]
+            found: _Found = results[id(source)]
+            return found
         if isinstance(source, Complement):
             excluded = set(self._combine(source.part, results)[0])
             return [pk for pk in results[id(ALL_KEYS)] if pk not in excluded], None
@@ -279,14 +294,16 @@ class Executor:
 
     # -- records -------------------------------------------------------------------------
 
-    def records(self, pks: list[Any]) -> list[tuple[Any, dict]]:
+    def records(self, pks: list[Any]) -> list[tuple[Any, dict[str, Any]]]:
         """Fetch records for ``pks`` (one batched walk), in the given order."""
         if not pks:
             return []
         found = self.view.run([self.table.get_many_reader(pks)])[0]
         return [(pk, found[pk]) for pk in pks if pk in found]
 
-    def index_window(self, scan: IndexScan, skip: int, limit: int | None, reverse: bool):
+    def index_window(
+        self, scan: IndexScan, skip: int, limit: int | None, reverse: bool
+    ) -> list[Any]:
         """Primary keys ``[skip:skip+limit]`` of an index scan, read from the index alone.
 
         One range: a single windowed descent. Several: count each range first, then read
@@ -319,20 +336,20 @@ class Executor:
             skip = 0
             if remaining is not None:
                 remaining -= taken
-        pks = []
+        pks: list[Any] = []
         for entries in self.view.run(readers):
             pks.extend(unpack(v) for _, v in entries)
         return pks
 
 
-def _weight(df: int, n_docs: int, avg_len: float):
+def _weight(df: int, n_docs: int, avg_len: float) -> Weight:
     """The BM25 weight ``(tf, document length) -> float`` of a word held by ``df`` of
     ``n_docs`` documents."""
     idf = bm25_idf(df, n_docs)
     return lambda tf, dl: bm25_weight(tf, dl, avg_len, idf)
 
 
-def _collect(source, out: list) -> None:
+def _collect(source: Source, out: list[_Leaf | None]) -> None:
     if isinstance(source, IndexScan | TextScan | TrigramScan):
         out.append(source)
     elif isinstance(source, Complement):
@@ -342,14 +359,16 @@ def _collect(source, out: list) -> None:
             _collect(part, out)
 
 
-def _needs_all(source) -> bool:
+def _needs_all(source: Source) -> bool:
     if isinstance(source, Complement):
         return True
     return isinstance(source, Intersect | Union) and any(_needs_all(p) for p in source.parts)
 
 
-def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
-    merged = None
+def _merge_scores(
+    all_scores: Iterable[dict[Any, float] | None],
+) -> dict[Any, float] | None:
+    merged: dict[Any, float] | None = None
     for scores in all_scores:
         if scores is not None:
             merged = (
@@ -362,12 +381,14 @@ def _merge_scores(all_scores: Iterable[dict | None]) -> dict | None:
     return merged
 
 
-def _narrowed(by_term: dict) -> tuple[set, dict]:
+def _narrowed(
+    by_term: dict[str, TermPostings],
+) -> tuple[set[Any], dict[str, dict[Any, Posting]]]:
     """The documents holding every term, and each term's postings in them: the rarest
     term's documents first, each further term narrowing them down for the next."""
     by_df = sorted(by_term, key=lambda t: by_term[t].df)
     docs = by_term[by_df[0]].documents()
-    postings = {}
+    postings: dict[str, dict[Any, Posting]] = {}
     for term in by_df[1:]:
         postings[term] = by_term[term].match(docs)
         docs = set(postings[term])
@@ -375,7 +396,9 @@ def _narrowed(by_term: dict) -> tuple[set, dict]:
     return docs, postings
 
 
-def _at_offsets(postings, parts: list[tuple[int, str]], pk: Any) -> bool:
+def _at_offsets(
+    postings: dict[str, dict[Any, Posting]], parts: list[tuple[int, str]], pk: Any
+) -> bool:
     """Whether document ``pk`` holds each trigram of ``parts`` at one start plus its
     offset (the trigrams cover the needle, so it holds the needle there)."""
     (first_offset, first), *rest = parts
@@ -383,13 +406,15 @@ def _at_offsets(postings, parts: list[tuple[int, str]], pk: Any) -> bool:
     return any(all(p + d in where for d, where in wanted) for p in postings[first][pk][1])
 
 
-def _phrase_at(postings, group: list[str], pk: Any) -> bool:
+def _phrase_at(postings: dict[str, dict[Any, Posting]], group: list[str], pk: Any) -> bool:
     first = set(postings[group[0]][pk][1])
     rest = [set(postings[t][pk][1]) for t in group[1:]]
     return any(all(p + i + 1 in where for i, where in enumerate(rest)) for p in first)
 
 
-def residual_filter(expr: Expr | None, rows: list[tuple[Any, dict]]) -> list[tuple[Any, dict]]:
+def residual_filter(
+    expr: Expr | None, rows: list[tuple[Any, dict[str, Any]]]
+) -> list[tuple[Any, dict[str, Any]]]:
     if expr is None:
         return rows
     return [(pk, fields) for pk, fields in rows if expr.matches(fields)]

@@ -40,7 +40,7 @@ def _key(value: Any) -> bytes | None:
 class Expr:
     """A query expression: combine with ``&``, ``|`` and ``~``."""
 
-    def matches(self, record: dict) -> bool:
+    def matches(self, record: dict[str, Any]) -> bool:
         raise NotImplementedError
 
     def fields(self) -> set[str]:
@@ -65,7 +65,7 @@ class Predicate(Expr):
     def fields(self) -> set[str]:
         return {self.field}
 
-    def matches(self, record: dict) -> bool:
+    def matches(self, record: dict[str, Any]) -> bool:
         return self.test(record.get(self.field))
 
     def test(self, value: Any) -> bool:
@@ -255,7 +255,7 @@ class NotAny(Any_):
         return k is not None and k not in self._set
 
     def index_ranges(self) -> list[KeyRange]:
-        ranges = []
+        ranges: list[KeyRange] = []
         lo = _AFTER_NONE
         for k in self._keys:
             if k == _NONE_KEY:
@@ -367,7 +367,7 @@ class And(Expr):
     def __init__(self, *exprs: Expr) -> None:
         self.exprs = _flatten(And, exprs)
 
-    def matches(self, record: dict) -> bool:
+    def matches(self, record: dict[str, Any]) -> bool:
         return all(e.matches(record) for e in self.exprs)
 
     def fields(self) -> set[str]:
@@ -383,7 +383,7 @@ class Or(Expr):
         if not self.exprs:
             raise QueryError("Or() needs at least one expression")
 
-    def matches(self, record: dict) -> bool:
+    def matches(self, record: dict[str, Any]) -> bool:
         return any(e.matches(record) for e in self.exprs)
 
     def fields(self) -> set[str]:
@@ -398,7 +398,7 @@ class Not(Expr):
         _check(expr)
         self.expr = expr
 
-    def matches(self, record: dict) -> bool:
+    def matches(self, record: dict[str, Any]) -> bool:
         return not self.expr.matches(record)
 
     def fields(self) -> set[str]:
@@ -413,9 +413,9 @@ def _check(expr: object) -> None:
         raise QueryError(f"not a query expression: {expr!r}")
 
 
-def _flatten(kind: type, exprs: Iterable[Expr]) -> list[Expr]:
+def _flatten(kind: type[And | Or], exprs: Iterable[Expr]) -> list[Expr]:
     out: list[Expr] = []
     for e in exprs:
         _check(e)
-        out.extend(e.exprs if type(e) is kind else [e])
+        out.extend(e.exprs if type(e) is kind and isinstance(e, And | Or) else [e])
     return out

@@ -31,7 +31,7 @@ class IndexScan:
     index: IndexSpec
     tree: str
     ranges: list[KeyRange]
-    predicate: Predicate
+    predicate: Predicate | None  # None: every entry of the index (an ordering scan)
 
     @property
     def whole_values(self) -> bool:
@@ -69,7 +69,7 @@ class TrigramScan:
 
 @dataclass(slots=True)
 class Intersect:
-    parts: list = field(default_factory=list)
+    parts: list[Source] = field(default_factory=list)
 
     def describe(self) -> str:
         return f"Intersect({', '.join(p.describe() for p in self.parts)})"
@@ -77,7 +77,7 @@ class Intersect:
 
 @dataclass(slots=True)
 class Union:
-    parts: list = field(default_factory=list)
+    parts: list[Source] = field(default_factory=list)
 
     def describe(self) -> str:
         return f"Union({', '.join(p.describe() for p in self.parts)})"
@@ -87,7 +87,7 @@ class Union:
 class Complement:
     """Every record except those of ``part``."""
 
-    part: object
+    part: Source
 
     def describe(self) -> str:
         return f"AllExcept({self.part.describe()})"
@@ -143,7 +143,7 @@ def plan(expr: Expr | None, spec: ModelSpec) -> Plan:
         if any(p.source is None for p in subplans):
             return Plan(None, expr)
         exact = all(p.residual is None for p in subplans)
-        sources = [p.source for p in subplans]
+        sources = [p.source for p in subplans if p.source is not None]  # none is None
         return Plan(sources[0] if len(sources) == 1 else Union(sources), None if exact else expr)
     if isinstance(expr, Not):
         sub = plan(expr.expr, spec)

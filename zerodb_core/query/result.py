@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 from zerodb_core.exceptions import QueryError
 from zerodb_core.query.executor import Executor, residual_filter, sort_key
 from zerodb_core.query.operators import Expr
-from zerodb_core.query.planner import IndexScan, Plan, TextScan, plan
+from zerodb_core.query.planner import (
+    Complement,
+    IndexScan,
+    Intersect,
+    Plan,
+    Source,
+    TextScan,
+    TrigramScan,
+    Union,
+    plan,
+)
 from zerodb_core.records import Table
 
 if TYPE_CHECKING:
@@ -21,6 +31,10 @@ if TYPE_CHECKING:
 
 # Records fetched per round trip while iterating a large result.
 BATCH = 512
+
+
+# A record as a query returns it: (primary key, fields)
+Row = tuple[Any, dict[str, Any]]
 
 
 class QueryResult:
@@ -47,11 +61,11 @@ class QueryResult:
         self._executor: Executor | None = None
         self._plan: Plan | None = None
         self._count: int | None = None
-        self._rows: list[tuple[Any, dict]] | None = None
+        self._rows: list[Row] | None = None
         # Kept between batches of one iteration: the ordered candidate keys, or the
         # filtered and sorted rows, of this result's snapshot.
         self._keys: list[Any] | None = None
-        self._matches: list[tuple[Any, dict]] | None = None
+        self._matches: list[Row] | None = None
 
     # -- public --------------------------------------------------------------------------
 
@@ -109,7 +123,7 @@ class QueryResult:
         executor, p = self._prepared()
         if executor is None:
             return {"plan": "EmptyModel", "indexes": [], "estimated_rows": 0}
-        scans = []
+        scans: list[IndexScan | TrigramScan] = []
         _scans(p.source, scans)
         estimates = executor.estimate_many(scans) if scans else []
         return {
@@ -151,12 +165,13 @@ class QueryResult:
         """Every candidate key in its source's order (index, rank or key order), found
         once per result: the batches of one iteration page them."""
         if self._keys is None:
+            assert p.source is not None  # a plan of candidates: every caller checks
             self._keys = executor.primary_keys(p.source)[0]
             if self.reverse:
                 self._keys.reverse()
         return self._keys
 
-    def _window(self, start: int, limit: int | None) -> list[tuple[Any, dict]]:
+    def _window(self, start: int, limit: int | None) -> list[Row]:
         """Rows ``[start:start+limit]`` of this result (relative to its own skip/limit)."""
         if self.limit is not None:
             available = max(self.limit - start, 0)
@@ -165,12 +180,12 @@ class QueryResult:
             return self._rows[start:] if limit is None else self._rows[start : start + limit]
         return self._fetch(self.skip + start, limit)
 
-    def _all_rows(self) -> list[tuple[Any, dict]]:
+    def _all_rows(self) -> list[Row]:
         if self._rows is None:
             self._rows = self._fetch(self.skip, self.limit)
         return self._rows
 
-    def _fetch(self, skip: int, limit: int | None) -> list[tuple[Any, dict]]:
+    def _fetch(self, skip: int, limit: int | None) -> list[Row]:
         executor, p = self._prepared()
         if executor is None or limit == 0:
             return []
@@ -180,10 +195,17 @@ class QueryResult:
             return executor.records(pks)
         if p.source is None and p.residual is None and self.sort_index is None:
             view = executor.view
-            return view.run(
+            page: list[Row] = view.run(
                 [executor.table.scan_reader(skip=skip, limit=limit, reverse=self.reverse)]
             )[0]
-        if self._ranks(p) and not self.reverse and self.limit is not None and self._keys is None:
+            return page
+        if (
+            self._ranks(p)
+            and isinstance(p.source, TextScan)  # (what _ranks says)
+            and not self.reverse
+            and self.limit is not None
+            and self._keys is None
+        ):
             # A page of ranked search results: only the best skip + limit are ranked,
             # once for every batch of the page.
             self._keys = executor.top_text(p.source, self.skip + self.limit)
@@ -220,11 +242,12 @@ class QueryResult:
             return p.source
         return None
 
-    def _candidates(self, executor: Executor, p: Plan):
+    def _candidates(self, executor: Executor, p: Plan) -> list[Row]:
         if p.source is None:
-            return executor.view.run([executor.table.scan_reader()])[0]
+            every: list[Row] = executor.view.run([executor.table.scan_reader()])[0]
+            return every
         pks, _ = executor.primary_keys(p.source)  # in rank order when a text scan ranks
-        rows = []
+        rows: list[Row] = []
         for n in range(0, len(pks), BATCH * 8):
             rows.extend(executor.records(pks[n : n + BATCH * 8]))
         return rows
@@ -239,9 +262,11 @@ def _negative(item: slice) -> bool:
     return (item.start is not None and item.start < 0) or (item.stop is not None and item.stop < 0)
 
 
-def _scans(source, out: list) -> None:
+def _scans(source: Source | None, out: list[IndexScan | TrigramScan]) -> None:
     if isinstance(source, IndexScan):
         out.append(source)
-    elif source is not None:
-        for part in getattr(source, "parts", [getattr(source, "part", None)]):
+    elif isinstance(source, Intersect | Union):
+        for part in source.parts:
             _scans(part, out)
+    elif isinstance(source, Complement):
+        _scans(source.part, out)

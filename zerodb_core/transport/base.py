@@ -153,7 +153,8 @@ class Transport(abc.ABC):
         plan = plan_commit(blobs, root, list(garbage), pending, self.limits)
         if plan.stages:
             self._stage_all(database, plan.stages, pending)
-        held = lease is not None and lease.held and lease.database == database
+        # the lease this client holds on the database, given back by the commit
+        held = lease if lease is not None and lease.held and lease.database == database else None
         try:
             result = self._commit(
                 database,
@@ -162,7 +163,7 @@ class Transport(abc.ABC):
                 blobs=plan.inline,
                 garbage=plan.garbage,
                 staged=plan.staged,
-                lease=lease.token if held else None,
+                lease=None if held is None else held.token,
             )
             _checked_root(result.root)
             if type(result.wait) is not bool or (result.wait and result.ok):
@@ -174,8 +175,8 @@ class Transport(abc.ABC):
             raise
         if result.ok:
             pending.forget()  # live, or released as garbage
-        if held and (result.ok or result.wait):  # given back, or timed out and lost
-            lease.held = False
+        if held is not None and (result.ok or result.wait):  # given back, or timed out and lost
+            held.held = False
         sent = 8 + len(root) + sum(len(k) + len(v) for k, v in plan.inline.items())
         sent += sum(map(len, plan.staged)) + sum(map(len, plan.garbage))
         self._account(sent, 8 + len(result.root.data))

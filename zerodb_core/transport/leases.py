@@ -42,6 +42,9 @@ try:
 except ImportError:  # Windows: SQLite files get no commit leases there
     fcntl = None  # type: ignore[assignment]
 
+#: Whether this platform has file locks, and SQLite files commit leases.
+FILE_LOCKS = fcntl is not None
+
 #: A holder that keeps the lease longer than this (seconds) stops making others wait.
 LEASE_TIMEOUT = 2.0
 #: A waiter waits at most this long (seconds) for its turn, then races.
@@ -234,7 +237,7 @@ class FileLeases(LocalLeases):
         stamp = os.pread(lease_fd, _STAMP.size, 0)
         if len(stamp) < _STAMP.size:
             return False
-        (since,) = _STAMP.unpack(stamp)
+        since: float = _STAMP.unpack(stamp)[0]
         return since > 0 and time.time() - since > self.timeout
 
     def acquire(self, database: str) -> object | None:

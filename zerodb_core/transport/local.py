@@ -12,9 +12,8 @@ from blob_server.storage import MemoryStorage, SQLiteStorage, Storage
 from blob_server.storage.base import CommitResult, RootRecord
 from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS, MAX_IDS_PER_REQUEST
 from zerodb_core.exceptions import StoreUnavailableError
-from zerodb_core.transport import leases as lease_module
 from zerodb_core.transport.base import Transport
-from zerodb_core.transport.leases import FileLeases, LocalLeases, ThreadLeases
+from zerodb_core.transport.leases import FILE_LOCKS, FileLeases, LocalLeases, ThreadLeases
 from zerodb_core.transport.staging import REFUSALS, RequestLimits
 
 # The embedded store has a single tenant: there is nobody to keep apart.
@@ -49,7 +48,7 @@ def store_leases(storage: Storage) -> LocalLeases | None:
             if found is None:
                 found = _THREAD_LEASES[storage] = ThreadLeases()
             return found
-    if isinstance(storage, SQLiteStorage) and lease_module.fcntl is not None:
+    if isinstance(storage, SQLiteStorage) and FILE_LOCKS:
         return FileLeases(storage.path)
     return None
 
@@ -74,9 +73,9 @@ class LocalTransport(Transport):
         super().__init__(delay=delay)
         self.storage = storage
         self.tenant = tenant
-        if leases is True:
-            leases = store_leases(storage)
-        self.leases: LocalLeases | None = leases or None
+        self.leases: LocalLeases | None = (
+            store_leases(storage) if leases is True else leases or None
+        )
         # Per database: the storage's root marker when the root was last read, and the
         # seq read then (see known_root_seq).
         self._markers: dict[str, tuple[Hashable, int]] = {}

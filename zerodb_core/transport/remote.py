@@ -151,7 +151,7 @@ FALLBACK_LIMITS = request_limits(protocol.MAX_IDS_PER_REQUEST, protocol.MAX_RESP
 
 
 def tls_context(
-    tls: bool | ssl_module.SSLContext | None, ca_file: str | os.PathLike | None = None
+    tls: bool | ssl_module.SSLContext | None, ca_file: str | os.PathLike[str] | None = None
 ) -> ssl_module.SSLContext | None:
     """The client's TLS context: ``tls`` if it is one; else, when ``tls`` is True or a
     ``ca_file`` is given, one that verifies the server's certificate and host name against
@@ -172,6 +172,10 @@ def tls_context(
         raise StoreUnavailableError(f"cannot load the CA file {ca_file}: {exc}") from None
     context.minimum_version = ssl_module.TLSVersion.TLSv1_2
     return context
+
+
+# A request to send: (op, arguments)
+_Request = tuple[str, dict[str, Any]]
 
 
 class _DroppedError(Exception):
@@ -468,7 +472,7 @@ class RemoteTransport(Transport):
 
     # -- requests --------------------------------------------------------------------------
 
-    def _exchange(self, requests: list[tuple[str, dict]], conn: _Connection) -> list[Any]:
+    def _exchange(self, requests: list[_Request], conn: _Connection) -> list[Any]:
         """Send requests back to back, read their answers; raise ``_DroppedError`` on network
         errors, the mapped exception on an error answer."""
         responses = self._exchange_on(requests, conn)
@@ -477,19 +481,17 @@ class RemoteTransport(Transport):
                 raise _error(*response.result)
         return [response.result for response in responses]
 
-    def _exchange_on(
-        self, requests: list[tuple[str, dict]], conn: _Connection
-    ) -> list[protocol.Response]:
+    def _exchange_on(self, requests: list[_Request], conn: _Connection) -> list[protocol.Response]:
         if conn is self._primary:
             return self._exchange_responses(requests)
         return self._exchange_responses_on(requests, conn)
 
-    def _exchange_responses(self, requests: list[tuple[str, dict]]) -> list[protocol.Response]:
+    def _exchange_responses(self, requests: list[_Request]) -> list[protocol.Response]:
         """``_exchange_responses_on`` the primary connection."""
         return self._exchange_responses_on(requests, self._primary)
 
     def _exchange_responses_on(
-        self, requests: list[tuple[str, dict]], conn: _Connection
+        self, requests: list[_Request], conn: _Connection
     ) -> list[protocol.Response]:
         """Send requests back to back, read their answers (taking in any pushes between
         them) and return them, errors included; raise ``_DroppedError`` on network
@@ -614,7 +616,7 @@ class RemoteTransport(Transport):
             self._lock.release()
 
     def _call_many(
-        self, requests: list[tuple[str, dict]], *, idempotent: bool, raw: bool = False
+        self, requests: list[_Request], *, idempotent: bool, raw: bool = False
     ) -> list[Any]:
         """Exchange requests on a live connection, the primary if it is free, else a pooled
         one (reconnecting as needed); ``raw`` returns each ``protocol.Response`` instead of
@@ -628,7 +630,7 @@ class RemoteTransport(Transport):
     def _call_on(
         self,
         conn: _Connection,
-        requests: list[tuple[str, dict]],
+        requests: list[_Request],
         *,
         idempotent: bool,
         raw: bool,
@@ -655,14 +657,15 @@ class RemoteTransport(Transport):
                     ) from None
         raise AssertionError("unreachable")
 
-    def _call(self, op: str, args: dict, *, idempotent: bool = True) -> Any:
+    def _call(self, op: str, args: dict[str, Any], *, idempotent: bool = True) -> Any:
         return self._call_many([(op, args)], idempotent=idempotent)[0]
 
-    def ping(self) -> dict:
+    def ping(self) -> dict[str, Any]:
         """Ask the server for its time (not counted as a storage round trip)."""
-        return self._call("ping", {})
+        answer: dict[str, Any] = self._call("ping", {})  # as the server sent it
+        return answer
 
-    def server_stats(self, database: str) -> dict:
+    def server_stats(self, database: str) -> dict[str, Any]:
         """Return the storage statistics of ``database`` (this tenant's only), with
         ``tenant``: the tenant's usage and quota (``blobs``, ``bytes``, ``databases``,
         ``max_blobs``, ``max_bytes``; a limit of None means none), on a server with
@@ -670,7 +673,8 @@ class RemoteTransport(Transport):
         on a server with fairness limits, ``fairness``: the tenant's ``max_connections``,
         ``max_frame_memory``, ``rate``, ``burst`` (None: no limit) and what it holds now,
         ``connections`` and ``frame_memory`` (bytes)."""
-        return self._call("stats", {"database": database})
+        answer: dict[str, Any] = self._call("stats", {"database": database})
+        return answer  # as the server sent it
 
     # -- the storage operations --------------------------------------------------------------
 
@@ -706,9 +710,7 @@ class RemoteTransport(Transport):
         )
         return data, root
 
-    def _read_root(
-        self, database: str, before: list[tuple[str, dict]]
-    ) -> tuple[list[Any], RootRecord]:
+    def _read_root(self, database: str, before: list[_Request]) -> tuple[list[Any], RootRecord]:
         """Read the root, after the idempotent reads ``before`` in the same round trip;
         return their answers and the root."""
         if self._lock.acquire(blocking=False):
@@ -731,7 +733,7 @@ class RemoteTransport(Transport):
         return answers, root
 
     def _read_root_primary(
-        self, database: str, before: list[tuple[str, dict]]
+        self, database: str, before: list[_Request]
     ) -> tuple[list[Any], RootRecord]:
         """Read the root on the primary connection (``_lock`` held), subscribing first if
         it has not subscribed to ``database`` yet."""
@@ -879,12 +881,14 @@ class RemoteTransport(Transport):
 
     def _allocate_ids(self, database: str, sequence: str, count: int) -> int:
         # Retrying is safe: a lost block only leaves a gap in the ids.
-        return self._call(
+        first: int = self._call(  # checked by Transport.allocate_ids
             "allocate_ids", {"database": database, "sequence": sequence, "count": count}
         )
+        return first
 
     def _get_keyring(self, database: str, name: str) -> bytes | None:
-        return self._call("get_keyring", {"database": database, "name": name})
+        data: bytes | None = self._call("get_keyring", {"database": database, "name": name})
+        return data  # checked by Transport.get_keyring
 
     def _put_keyring(
         self, database: str, name: str, data: bytes, *, expected: bytes | None
@@ -902,7 +906,8 @@ class RemoteTransport(Transport):
 def _root(answer: object) -> RootRecord:
     if type(answer) is not dict or type(answer.get("data")) is not bytes:
         raise IntegrityError("the blob server sent a malformed root")
-    return RootRecord(answer.get("seq"), answer["data"])  # the base class checks seq
+    # the base class checks seq (a missing one, -1, fails as any malformed one does)
+    return RootRecord(answer.get("seq", -1), answer["data"])
 
 
 def _blob_answer(answer: object) -> tuple[dict[bytes, bytes], list[bytes]]:
@@ -917,7 +922,7 @@ def _blob_answer(answer: object) -> tuple[dict[bytes, bytes], list[bytes]]:
     return blobs, deferred
 
 
-def _announced_limits(answer: dict) -> RequestLimits:
+def _announced_limits(answer: dict[str, Any]) -> RequestLimits:
     """The per-request limits a login answer announces, or ``FALLBACK_LIMITS`` for a
     server that announces none; malformed ones are refused (fail closed)."""
     announced = answer.get("limits")
@@ -930,7 +935,7 @@ def _announced_limits(answer: dict) -> RequestLimits:
     return request_limits(blobs, size)
 
 
-def _announced_durability(answer: dict) -> dict[str, str] | None:
+def _announced_durability(answer: dict[str, Any]) -> dict[str, str] | None:
     """What a login answer says of the server's storage (None: it does not say); a
     malformed one is refused (fail closed)."""
     told = answer.get("durability")
@@ -955,7 +960,7 @@ def _lease_token(token: object) -> bytes | None:
     return None
 
 
-def _announced_lease(answer: dict) -> float | None:
+def _announced_lease(answer: dict[str, Any]) -> float | None:
     """How long a commit lease lasts, as a login answer announces it (None: the server
     has none); a malformed one is refused (fail closed)."""
     timeout = answer.get("commit_lease")
@@ -966,7 +971,7 @@ def _announced_lease(answer: dict) -> float | None:
     return float(timeout)
 
 
-def _announced_retention(answer: dict) -> float:
+def _announced_retention(answer: dict[str, Any]) -> float:
     """The garbage retention a login answer announces, or the default that servers which
     announce none always used; a malformed one is refused (fail closed)."""
     retention = answer.get("garbage_retention", DEFAULT_RETENTION_SECONDS)

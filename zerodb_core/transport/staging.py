@@ -124,7 +124,7 @@ class StagedBlobs:
 
     def of(self, database: str) -> Pending:
         """This thread's record for ``database``."""
-        records = getattr(self._local, "records", None)
+        records: dict[str, Pending] | None = getattr(self._local, "records", None)
         if records is None:
             records = self._local.records = {}
         return records.setdefault(database, Pending())
