@@ -28,7 +28,7 @@ from django_zerodb.derived import add_derived
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery, refuse_composite_pk
-from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
+from zerodb_core.api import DeleteRecord, ExpectRecords, PutRecords, WriteOp
 
 
 class _Logged:

@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from django_zerodb.exceptions import OperationalError
-from zerodb_core import DB
-from zerodb_core.isolation import READ_COMMITTED
-from zerodb_core.transaction import Savepoint, Transaction, View, WriteOp
+from zerodb_core.api import DB, READ_COMMITTED, Savepoint, Transaction, View, WriteOp
 
 
 class StoreSession:
