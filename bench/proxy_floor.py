@@ -53,14 +53,14 @@ from bench.server_vs_redis import (
     tune_client_malloc,
 )
 from blob_server.cli import _keep_freed_memory
-from blob_server.protocol import (
+from blob_server.storage.resp import RespBlobReader
+from blob_server.wire.protocol import (
     BlobsResult,
     FramePacker,
     FrameReceiver,
     request_frame,
     write_frame,
 )
-from blob_server.storage.resp import RespBlobReader
 from zerodb_core.transport.remote import RemoteTransport
 
 BLOBS = 64

@@ -31,7 +31,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from blob_server import protocol
 from blob_server.durability import ASSUMABLE
 from blob_server.exceptions import PersistenceUnknownError, StorageError
 from blob_server.frames import DEFAULT_FRAME_TIMEOUT
@@ -46,7 +45,9 @@ from blob_server.limits import (
     TenantLimits,
     default_tenant_connections,
 )
-from blob_server.storage.base import (
+from blob_server.tenants import DEFAULT, LIMIT_KEYS, Limit, TenantRegistry
+from blob_server.wire import protocol
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
     DURABLE,
@@ -54,7 +55,6 @@ from blob_server.storage.base import (
     MAX_QUOTA,
     Quota,
 )
-from blob_server.tenants import DEFAULT, LIMIT_KEYS, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
 

@@ -3,6 +3,10 @@
 - ``django_zerodb`` uses the engine only through ``zerodb_core.api`` and only the names its
   ``__all__`` declares; every declared name is used (the interface lists what the adapter
   needs, no more).
+- ``zerodb_core`` (the trusted client) imports nothing of ``blob_server`` but
+  ``blob_server.wire`` and, for embedded stores, the factory
+  ``blob_server.storage.open_storage``; ``blob_server.wire`` imports nothing else of
+  ``blob_server`` and nothing of ``zerodb_core``.
 - No module of the repository imports a private name (``_name``) or a private module of
   another top-level package. Tests are white-box and exempt: they test the private parts of
   the module they cover.
@@ -78,6 +82,46 @@ def engine_uses(source: str) -> tuple[list[str], set[str]]:
     return violations, used
 
 
+#: What the client may import of the server package besides ``blob_server.wire``.
+EMBEDDED_FACTORY = ("blob_server.storage", "open_storage")
+
+
+def _imported(module: str, name: str | None) -> str:
+    """The full dotted name an import brings in (``from a import b`` -> ``a.b``)."""
+    return module if name is None else f"{module}.{name}"
+
+
+def outside(source: str, package: str, allowed: tuple[str, ...], exempt=()) -> list[str]:
+    """Return the imports in ``source`` of ``package`` that are not under an ``allowed``
+    prefix (nor an ``exempt`` ``(module, name)`` pair)."""
+    found = []
+    for module, name, line in _imports(ast.parse(source)):
+        if module.split(".")[0] != package or (module, name) in exempt:
+            continue
+        full = _imported(module, name)
+        if not any(full == a or full.startswith(a + ".") for a in allowed):
+            found.append(f"line {line}: {full}")
+    return found
+
+
+def test_the_client_imports_only_the_wire_surface_of_the_server():
+    found = []
+    for path in _modules("zerodb_core"):
+        bad = outside(path.read_text(), "blob_server", ("blob_server.wire",), (EMBEDDED_FACTORY,))
+        found.extend(f"{path.relative_to(ROOT)} {v}" for v in bad)
+    assert found == []
+
+
+def test_the_wire_surface_imports_nothing_else():
+    found = []
+    for path in _modules("blob_server/wire"):
+        source = path.read_text()
+        bad = outside(source, "blob_server", ("blob_server.wire",))
+        bad += outside(source, "zerodb_core", ())
+        found.extend(f"{path.relative_to(ROOT)} {v}" for v in bad)
+    assert found == []
+
+
 def private_imports(source: str, package: str) -> list[str]:
     """Return the imports in ``source`` (a module of ``package``) of another package's privates."""
     found = []
@@ -137,6 +181,13 @@ def test_the_checks_catch_what_they_look_for():
         "from django_zerodb._own import fine\n"
         "from zerodb_core import __version__\n"
     )
+    assert outside(
+        "from blob_server import wire\nfrom blob_server import storage\n"
+        "from blob_server.storage import open_storage, MemoryStorage\n",
+        "blob_server",
+        ("blob_server.wire",),
+        (EMBEDDED_FACTORY,),
+    ) == ["line 2: blob_server.storage", "line 3: blob_server.storage.MemoryStorage"]
     assert private_imports(source, "django_zerodb") == [
         "line 1: zerodb_core.keyfile _replace_file",
         "line 2: blob_server.storage._private thing",

@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from blob_server.storage import Storage
-from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
+from blob_server.wire.storage import DEFAULT_RETENTION_SECONDS, RootRecord, Storage
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
 from zerodb_core.btree import NodeSizes, Run, RunRef, build_run_of

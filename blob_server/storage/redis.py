@@ -76,7 +76,8 @@ from blob_server.exceptions import (
     StorageUnavailableError,
 )
 from blob_server.storage import validation as v
-from blob_server.storage.base import (
+from blob_server.storage.resp import MGET_CHUNK, RespBlobReader
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
     DURABLE,
@@ -93,7 +94,6 @@ from blob_server.storage.base import (
     Storage,
     TenantUsage,
 )
-from blob_server.storage.resp import MGET_CHUNK, RespBlobReader
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ import time
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import (
     FAILURE_WINDOW,
     MAX_ADDRESS_FAILURES,
@@ -21,6 +20,7 @@ from blob_server.auth import (
 )
 from blob_server.limits import TenantLimits
 from blob_server.storage import MemoryStorage
+from blob_server.wire import protocol
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
 from zerodb_core.exceptions import AuthenticationError, StoreUnavailableError
 from zerodb_core.transport.remote import RemoteTransport, _DroppedError

@@ -84,9 +84,9 @@ from typing import Any
 
 from coincurve import PrivateKey
 
-from blob_server import protocol
-from blob_server.exceptions import BlobExistsError, InvalidRequestError, NotStagedError
-from blob_server.storage.base import (
+from blob_server.wire import protocol
+from blob_server.wire.exceptions import BlobExistsError, InvalidRequestError, NotStagedError
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DURABLE,
     EVERYSEC,

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from blob_server import exceptions as store_errors
+from blob_server.wire import exceptions as store_errors
 from zerodb_core.exceptions import CommitTooLargeError, IntegrityError, QuotaExceededError
 
 # msgpack around the payload of a request, for the frame estimate: per new blob a 16-byte
