@@ -762,12 +762,8 @@ def _open_remote(address: tuple, delay: float, key_file, password, remote: dict)
     """
     # Imported here so ``python -m zerodb_core.keyfile`` does not import itself twice.
     from zerodb_core.keyfile import KeyFile, pin_server
-    from zerodb_core.transport.remote import (
-        DEFAULT_POOL_SIZE,
-        DEFAULT_TIMEOUT,
-        RemoteTransport,
-        tls_context,
-    )
+    from zerodb_core.transport.connection import tls_context
+    from zerodb_core.transport.remote import DEFAULT_POOL_SIZE, DEFAULT_TIMEOUT, RemoteTransport
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")

@@ -37,7 +37,8 @@ from zerodb_core import (
     ZeroDBError,
 )
 from zerodb_core.keyfile import KeyFile
-from zerodb_core.transport.remote import FALLBACK_LIMITS, RemoteTransport
+from zerodb_core.transport.answers import FALLBACK_LIMITS
+from zerodb_core.transport.remote import RemoteTransport
 
 KEY_A = PrivateKey()
 KEY_B = PrivateKey()
