@@ -460,9 +460,7 @@ class SelectQuery:
 
     def _lock(self, base: list) -> None:
         if self.query.select_for_update and base:
-            from django_zerodb.compiler import lock_rows
-
-            lock_rows(self.connection, self.table, base)
+            self.connection.session.lock_rows(self.table, base)
 
     def _attaches(self, join: Join) -> bool:
         """A join that adds at most one row per row: a key to the joined table's pk."""

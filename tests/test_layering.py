@@ -192,3 +192,11 @@ def test_the_checks_catch_what_they_look_for():
         "line 1: zerodb_core.keyfile _replace_file",
         "line 2: blob_server.storage._private thing",
     ]
+
+
+def test_queries_do_not_import_the_compilers():
+    """The compilers build queries and hand write operations (``writes``) over; a query
+    importing the compiler module back was an import cycle."""
+    for name in ("query.py", "writes.py"):
+        imports = _imports(ast.parse((ROOT / "django_zerodb" / name).read_text()))
+        assert [m for m, _, _ in imports if m == "django_zerodb.compiler"] == []
