@@ -338,7 +338,7 @@ class Storage(abc.ABC):
     # Reads and commits are most of a server's requests. A backend with an asyncio client
     # (Redis) or no I/O at all (memory) answers them on the event loop; the default hands
     # the synchronous call to a worker thread, as the server does for every other operation
-    # (the hand-off costs about 0.2 ms a request on a 2-core machine).
+    # (the hand-off is a measurable share of a small request).
 
     #: A backend without I/O (memory) sets this: its calls run on the event loop at once.
     inline: bool = False
