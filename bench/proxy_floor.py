@@ -50,17 +50,16 @@ from bench.server_vs_redis import (
     start_redis,
     start_server,
     stop,
-    tune_client_malloc,
 )
-from blob_server.cli import _keep_freed_memory
-from blob_server.protocol import (
+from blob_server.cli import keep_freed_memory
+from blob_server.storage.resp import RespBlobReader
+from blob_server.wire.protocol import (
     BlobsResult,
     FramePacker,
     FrameReceiver,
     request_frame,
     write_frame,
 )
-from blob_server.storage.resp import RespBlobReader
 from zerodb_core.transport.remote import RemoteTransport
 
 BLOBS = 64
@@ -72,7 +71,7 @@ def proxy(redis_url: str) -> None:
     """The minimal proxy: print its port, then answer every byte it reads with the 64
     values, framed as the blob server frames a get_blobs answer."""
 
-    _keep_freed_memory()  # as the blob server does
+    keep_freed_memory()  # as the blob server does
 
     async def main() -> None:
         reader = RespBlobReader(
@@ -134,7 +133,7 @@ class BareServerClient:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    tune_client_malloc()
+    keep_freed_memory()
     with tempfile.TemporaryDirectory(prefix="zerodb-bench-floor-") as tmp:
         tmp_path = Path(tmp)
         redis_proc, redis_port = start_redis(tmp_path)

@@ -1,6 +1,7 @@
-"""What the blob server adds on top of Redis: fetching 64 blobs of 16 KiB in one request,
-and commits per second for one and for 4 clients, each next to raw redis-py doing the
-same Redis work, all in one run against one private redis-server.
+"""What the blob server adds on top of Redis: fetching 64 blobs of 16 KiB in one request
+(next to raw redis-py doing the same Redis work), and commits per second for one and for
+4 clients (next to ``RedisStorage.commit`` called in-process), all in one run against one
+private redis-server.
 
 Run ``python -m bench.server_vs_redis`` (``make bench``). It starts its own redis-server
 (free loopback port, ``--save '' --appendonly no``) and ``zerodb-server serve --redis``
@@ -10,12 +11,13 @@ as a subprocess, with a tenant and a login key registered through the CLI. Resul
 
 Rows of each measurement:
 
-* **raw redis-py**: one redis-py client (hiredis) talking to Redis directly. For a fetch,
-  one ``MGET`` of the 64 keys; for a commit, ``EVALSHA`` of the very script the server's
-  storage runs (check seq, ``EXISTS`` + ``SET`` each new blob, swap the root): the same
-  work in Redis, so the difference is the server alone.
+* **raw redis-py** (fetches): one redis-py client (hiredis) talking to Redis directly,
+  one ``MGET`` of the 64 keys: the same work in Redis, so the difference is the server
+  alone.
 * **RedisStorage in-process**: ``blob_server.storage.RedisStorage`` called directly (key
-  derivation, argument checks), no network hop of its own: where the server's time goes.
+  derivation, argument checks, its commit script), no network hop of its own: where the
+  server's time goes, and the baseline of the commit rows (the commit is measured through
+  the storage's public ``commit``, never a copy of its script).
 * **blob server**: ``RemoteTransport`` (the client every ``DB((host, port))`` uses) over
   TCP to the server, which logs in the tenant and calls the same storage.
 
@@ -29,10 +31,7 @@ carries (the rebase a ``DB`` does, without its client-side merge).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -52,7 +51,8 @@ from coincurve import PrivateKey
 from tqdm import tqdm
 
 from bench.publish import machine, publish
-from blob_server.storage.redis import _COMMIT, RedisStorage
+from blob_server.cli import keep_freed_memory
+from blob_server.storage import RedisStorage
 from zerodb_core.transport.remote import RemoteTransport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,24 +61,8 @@ LISTENING = re.compile(rb"event=listening bind=127\.0\.0\.1:(\d+)")
 ENV_KEY = "ZERODB_BENCH_LOGIN_KEY"  # the throwaway login key, for the worker processes
 ID_BYTES = 16
 ROOT_BYTES = 512
-#: glibc's M_TOP_PAD, and the value the measuring clients use (the server sets the same
-#: itself: blob_server.cli._keep_freed_memory).
-M_TOP_PAD = -2
-TOP_PAD_BYTES = 64 << 20
 #: Fetches per way in a row, in the second fetch measurement.
 RUN_LENGTH = 20
-
-
-def tune_client_malloc() -> None:
-    """Keep freed memory in this (client) process instead of faulting it in again.
-
-    By default glibc hands the memory of a freed 1 MiB answer back to the kernel and the
-    next answer faults it in again, about 250 page faults per MiB: 0.5-1.5 ms on this VM,
-    paid by whichever way happens to run after the free. A 64 MiB top pad removes that
-    noise from the measuring processes; raw Redis and the server get the same client.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(M_TOP_PAD, TOP_PAD_BYTES)
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -279,46 +263,14 @@ def _ms(fn: Any) -> float:
 # -- committing: one worker process per client ---------------------------------------------
 
 
-class RawCommitter:
-    """The storage's commit script through plain redis-py, on key names of our own."""
-
-    def __init__(self, url: str, database: str) -> None:
-        self.redis = redis.Redis.from_url(url)
-        self.script = self.redis.register_script(_COMMIT)
-        tag = hashlib.blake2b(database.encode(), digest_size=16).hexdigest().encode()
-        self.base = b"raw:{" + tag + b"}:"
-        # root, stats, garbage, keyrings, then the tenant's usage and databases (the
-        # script's quota bookkeeping), as RedisStorage.commit passes them.
-        self.fixed = [self.base + s for s in (b"root", b"s", b"g", b"k", b"u", b"d")]
-        self.tags = [tag, tag]
-
-    def seq(self) -> int:
-        return int(self.redis.hget(self.fixed[0], "seq") or 0)
-
-    def commit(self, seq: int, root: bytes, blobs: dict[bytes, bytes]) -> tuple[bool, int]:
-        keys = self.fixed + [self.base + b"b:" + i.hex().encode() for i in blobs]
-        argv = [str(seq), str(seq + 1), root, repr(time.time()), b"", b"", *self.tags]
-        argv += list(blobs.values())
-        reply = self.script(keys, argv)
-        if reply[0] == 1:
-            return True, seq + 1
-        if reply[0] == 0:
-            return False, int(reply[1])
-        raise RuntimeError("a fresh blob id already existed")
-
-
 def worker(args: argparse.Namespace) -> None:
     """One committing client: connect, say ``ready``, wait for ``go`` on stdin, commit for
     ``--seconds``, print a JSON summary."""
-    tune_client_malloc()
+    keep_freed_memory()  # as the blob server does
     database = args.database
     payloads = [os.urandom(args.blob_bytes) for _ in range(args.commit_blobs)]
     root = os.urandom(ROOT_BYTES)
-    if args.worker == "raw":
-        raw = RawCommitter(args.redis_url, database)
-        seq = raw.seq()
-        commit = raw.commit
-    elif args.worker == "storage":
+    if args.worker == "storage":
         storage = RedisStorage(args.redis_url)
         seq = storage.get_root(TENANT, database).seq
 
@@ -434,7 +386,7 @@ def run_clients(
 
 
 def drop_blobs(url: str) -> None:
-    """Unlink every blob key (both the server's and the raw ones) between commit runs, so
+    """Unlink every blob key between commit runs, so
     Redis memory does not grow with every run (roots stay; nothing reads these again)."""
     client = redis.Redis.from_url(url)
     batch: list[bytes] = []
@@ -452,12 +404,11 @@ def bench_commits(
     args: argparse.Namespace, env: dict[str, str], port: int, pids: dict[str, int]
 ) -> dict[str, Any]:
     plan = [
-        ("1 client", "raw", ["c1"]),
         ("1 client", "storage", ["c1"]),
         ("1 client", "server", ["c1"]),
-        ("4 clients, 4 databases", "raw", ["c4-0", "c4-1", "c4-2", "c4-3"]),
+        ("4 clients, 4 databases", "storage", ["c4-0", "c4-1", "c4-2", "c4-3"]),
         ("4 clients, 4 databases", "server", ["c4-0", "c4-1", "c4-2", "c4-3"]),
-        ("4 clients, 1 database", "raw", ["shared"] * 4),
+        ("4 clients, 1 database", "storage", ["shared"] * 4),
         ("4 clients, 1 database", "server", ["shared"] * 4),
     ]
     out: dict[str, dict[str, Any]] = {}
@@ -465,7 +416,7 @@ def bench_commits(
         out.setdefault(label, {})[kind] = run_clients(kind, databases, args, env, port, pids)
         drop_blobs(args.redis_url)
     for part in out.values():
-        base = part["raw"]
+        base = part["storage"]
         for summary in part.values():
             summary["throughput_ratio"] = (
                 summary["commits_per_second"] / (base["commits_per_second"])
@@ -517,7 +468,7 @@ def markdown(report: dict) -> str:
         f"{ROOT_BYTES}-byte root, each client for {a['seconds']:g} s (latency: from the first "
         "attempt to success, retries after a conflict included):",
         "",
-        "| clients | way | commits/s | ratio to raw | median ms | p90 ms | conflicts "
+        "| clients | way | commits/s | ratio to in-process | median ms | p90 ms | conflicts "
         "| server / Redis CPU ms per commit |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -548,7 +499,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "--no-doc", action="store_true", help="do not refresh the table in docs/performance.md"
     )
     # Internal: one committing client (see ``worker``).
-    parser.add_argument("--worker", choices=["raw", "storage", "server"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["storage", "server"], help=argparse.SUPPRESS)
     parser.add_argument("--database", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -558,7 +509,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
 
     started = time.perf_counter()
-    tune_client_malloc()
+    keep_freed_memory()  # as the blob server does
     with tempfile.TemporaryDirectory(prefix="zerodb-bench-server-") as tmp:
         tmp_path = Path(tmp)
         redis_proc, redis_port = start_redis(tmp_path)

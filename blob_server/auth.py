@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from coincurve import PublicKey
 
-from blob_server import protocol
 from blob_server.limits import DEFAULT_MAX_LOGIN_FAILURES
 from blob_server.tenants import PUBLIC_KEY_BYTES, TenantRegistry
+from blob_server.wire import protocol
 
 NONCE_TTL = 30.0
 CLOCK_SKEW = 60.0

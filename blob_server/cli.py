@@ -31,7 +31,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from blob_server import protocol
 from blob_server.auth import FAILURE_WINDOW, MAX_ADDRESS_FAILURES
 from blob_server.durability import ASSUMABLE
 from blob_server.exceptions import PersistenceUnknownError, StorageError
@@ -48,7 +47,9 @@ from blob_server.limits import (
     TenantLimits,
     default_tenant_connections,
 )
-from blob_server.storage.base import (
+from blob_server.tenants import DEFAULT, LIMIT_KEYS, Limit, TenantRegistry
+from blob_server.wire import protocol
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
     DURABLE,
@@ -56,7 +57,6 @@ from blob_server.storage.base import (
     MAX_QUOTA,
     Quota,
 )
-from blob_server.tenants import DEFAULT, LIMIT_KEYS, Limit, TenantRegistry
 
 _SQLITE = "sqlite:///"
 
@@ -473,12 +473,13 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
-def _keep_freed_memory() -> None:
+def keep_freed_memory() -> None:
     """Ask glibc to keep 64 MiB of freed heap instead of returning it to the kernel.
 
-    Every answer of ~1 MiB was otherwise faulted in page by page again (481 faults and
-    1.5 ms per pack of a 1 MiB answer; none and 0.09 ms with the pad). Other C libraries:
-    nothing to do.
+    Otherwise every answer of about 1 MiB is faulted in again page by page after the
+    previous one was freed (docs/performance.md has the measurement). The benchmarks'
+    measuring clients call it too, so that server and clients allocate alike. Other C
+    libraries: nothing to do.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -493,7 +494,7 @@ def serve(args: argparse.Namespace) -> int:
     from blob_server.server import BlobServer, log_event
     from blob_server.storage import open_storage
 
-    _keep_freed_memory()
+    keep_freed_memory()
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

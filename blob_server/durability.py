@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from blob_server.exceptions import PersistenceUnknownError, VolatileStorageError
 from blob_server.storage import MemoryStorage, Storage
-from blob_server.storage.base import UNVERIFIED, VOLATILE, Durability
+from blob_server.wire.storage import UNVERIFIED, VOLATILE, Durability
 
 #: The fsync policies ``--assume-redis-aof`` accepts (``no`` is not a promise worth making).
 ASSUMABLE = ("always", "everysec")

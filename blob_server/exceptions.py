@@ -1,30 +1,31 @@
 """Every exception blob_server raises, in one place.
 
-The storage layer only ever sees opaque bytes; its errors speak of ids, sizes and
-sequence numbers, never of contents.
+The errors of the storage interface are defined in ``blob_server.wire.exceptions`` (the
+trusted client sees them too, and imports nothing of the server but ``blob_server.wire``)
+and listed here with the server's own, so that the server's modules have one place to
+import their errors from.
 """
 
+from blob_server.wire.exceptions import (
+    BlobExistsError,
+    InvalidRequestError,
+    NotStagedError,
+    QuotaExceededError,
+    StorageError,
+    StorageUnavailableError,
+)
 
-class StorageError(Exception):
-    """Base class of all storage errors."""
-
-
-class BlobExistsError(StorageError):
-    """A commit tried to write a blob id that already exists (blobs are write-once)."""
-
-
-class NotStagedError(StorageError):
-    """A commit named a staged blob id that is not pending for its (tenant, database):
-    never staged there, already made live, released as garbage, or collected after the
-    staging timeout. Nothing was changed."""
-
-
-class InvalidRequestError(StorageError):
-    """An argument is malformed: wrong type, wrong id length, negative count, ..."""
-
-
-class StorageUnavailableError(StorageError):
-    """The backend cannot be opened or reached."""
+__all__ = [
+    "BlobExistsError",
+    "InvalidRequestError",
+    "NotStagedError",
+    "PersistenceUnknownError",
+    "QuotaExceededError",
+    "ServerFullError",
+    "StorageError",
+    "StorageUnavailableError",
+    "VolatileStorageError",
+]
 
 
 class PersistenceUnknownError(StorageError):
@@ -36,26 +37,6 @@ class PersistenceUnknownError(StorageError):
 class VolatileStorageError(StorageError):
     """``serve`` refuses a storage that would lose acknowledged commits in a restart
     (Redis without the append-only file) unless ``--allow-volatile-redis`` is given."""
-
-
-class QuotaExceededError(StorageError):
-    """A write would take a tenant past its byte or blob quota; nothing was changed.
-
-    ``resource`` is ``"bytes"`` or ``"blobs"``; ``used`` is the tenant's usage before the
-    write, ``adding`` what the write would add, ``limit`` the quota. The message says all
-    of it, because it travels to the client as text.
-    """
-
-    def __init__(self, tenant: str, resource: str, used: int, adding: int, limit: int) -> None:
-        super().__init__(
-            f"tenant {tenant!r} would exceed its quota of {limit} {resource}: "
-            f"{used} used, the write adds {adding}"
-        )
-        self.tenant = tenant
-        self.resource = resource
-        self.used = used
-        self.adding = adding
-        self.limit = limit
 
 
 class ServerFullError(Exception):

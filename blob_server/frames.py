@@ -29,7 +29,7 @@ from typing import Final
 
 import msgpack
 
-from blob_server import protocol
+from blob_server.wire import protocol
 
 #: Seconds from a frame's header to its last byte (waiting for frame memory included).
 DEFAULT_FRAME_TIMEOUT: Final = 60.0

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from blob_server import protocol
 from blob_server.exceptions import ServerFullError
+from blob_server.wire import protocol
 
 #: Connections the server holds in all, and anonymous ones per client address.
 DEFAULT_MAX_CONNECTIONS: Final = 256

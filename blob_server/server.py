@@ -77,7 +77,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from blob_server import protocol
 from blob_server.auth import Authenticator, Challenge, LoginRefusedError
 from blob_server.exceptions import (
     BlobExistsError,
@@ -112,7 +111,14 @@ from blob_server.limits import (
     default_tenant_connections,
 )
 from blob_server.storage import Storage
-from blob_server.storage.base import (
+from blob_server.storage.validation import (
+    MAX_NAME_LENGTH,
+    are_blob_ids,
+    check_retention,
+    check_seq,
+)
+from blob_server.wire import protocol
+from blob_server.wire.storage import (
     BLOB_ID_SIZE,
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -120,12 +126,6 @@ from blob_server.storage.base import (
     Durability,
     Quota,
     RootChanges,
-)
-from blob_server.storage.validation import (
-    MAX_NAME_LENGTH,
-    are_blob_ids,
-    check_retention,
-    check_seq,
 )
 
 #: Seconds a tenant's fairness limits are taken from the tenants file before it is looked

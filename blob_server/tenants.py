@@ -44,7 +44,7 @@ from coincurve import PublicKey
 
 from blob_server.exceptions import InvalidRequestError
 from blob_server.limits import FAIRNESS_KEYS, TenantLimits, check_frame_memory
-from blob_server.storage.base import MAX_QUOTA, Quota
+from blob_server.wire.storage import MAX_QUOTA, Quota
 
 FORMAT_VERSION = 1
 PUBLIC_KEY_BYTES = 33  # compressed secp256k1

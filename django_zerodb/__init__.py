@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import django
 
-from zerodb_core import __version__
+from zerodb_core.api import __version__
 
 # The Django versions this backend was tested with; it reaches into the ORM's compiler
 # and query internals, which change between feature releases. What differs between

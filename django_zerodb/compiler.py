@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import FieldError
@@ -28,7 +27,8 @@ from django_zerodb.derived import add_derived
 from django_zerodb.evaluate import Evaluator, check_supported
 from django_zerodb.exceptions import IntegrityError, NotSupportedError, translated
 from django_zerodb.query import SelectQuery, refuse_composite_pk
-from zerodb_core.transaction import DeleteRecord, ExpectRecords, PutRecords, WriteOp
+from django_zerodb.writes import UpdateWhere, is_expression
+from zerodb_core.api import DeleteRecord, PutRecords
 
 
 class _Logged:
@@ -191,50 +191,15 @@ class SQLInsertCompiler(compiler.SQLInsertCompiler, SQLCompiler):
         if isinstance(value, DatabaseDefault):
             value = field.db_default
         value = self.prepare_value(field, value)
-        if _is_expr(value):
+        if is_expression(value):
             value = assigned(field, ev.value(value, {}))
-            if value is not None and not _is_expr(value):
+            if value is not None and not is_expression(value):
                 value = field.get_db_prep_save(value, connection=self.connection)
         return value
 
 
 def _no_subquery(query: Any) -> Any:
     raise NotSupportedError("subqueries are not supported as values of an INSERT")
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateWhere(WriteOp):
-    """Set values on every row a query matches, evaluated on the snapshot it is applied
-    to: on a rebase the rows and the F() expressions are evaluated again."""
-
-    compiler: Any
-    values: tuple
-
-    def apply(self, txn: Any) -> int:
-        select = SelectQuery(self.compiler, view=txn)
-        matched = select.base_records()
-        if not matched:
-            return 0
-        changed = []
-        for pk, record in matched:
-            new = dict(record)
-            row = {select.base_alias: record}
-            for field, value in self.values:
-                if _is_expr(value):
-                    value = assigned(field, select.ev.value(value, row))
-                new[field.column] = value
-            changed.append((pk, new))
-        generated.fill(select.ev, select.query.model, [r for _, r in changed])
-        fields = [f for f, _ in self.values]
-        records = [r for _, r in changed]
-        check_record_writes(select.query.model, select.ev, fields, records)
-        add_derived(select.query.model, select.ev, records)
-        txn.writable_table(select.table).put_many(changed)
-        return len(changed)
-
-
-def _is_expr(value: Any) -> bool:
-    return hasattr(value, "resolve_expression")
 
 
 class SQLDeleteCompiler(compiler.SQLDeleteCompiler, SQLCompiler):
@@ -278,7 +243,7 @@ class SQLUpdateCompiler(compiler.SQLUpdateCompiler, SQLCompiler):
             # As Django's UPDATE: the field prepares every value (an expression comes back
             # as it is, but a JSONField turns Value(None, JSONField()) into JSON null).
             val = field.get_db_prep_save(val, connection=self.connection)
-            if _is_expr(val):
+            if is_expression(val):
                 check_supported(val)  # refused even when no row matches
             values.append((field, val))
         count = 0
@@ -303,12 +268,3 @@ class SQLAggregateCompiler(compiler.SQLAggregateCompiler, SQLCompiler):
     def select_query(self) -> SelectQuery:
         self.col_count = len(self.query.annotation_select)
         return SelectQuery(self, inner=self.query.inner_query)
-
-
-def lock_rows(connection, table: str, rows: list[tuple[Any, dict]]) -> None:
-    """``select_for_update()``: fail the commit if these rows change before it."""
-    session = connection.session
-    if session.autocommit:
-        return
-    txn = session.transaction()
-    txn.apply(ExpectRecords(table, tuple(rows)))

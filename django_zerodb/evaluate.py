@@ -79,7 +79,7 @@ from django_zerodb.values import (
     text,
     xor3,
 )
-from zerodb_core.query.operators import Contains
+from zerodb_core.api import Contains
 
 __all__ = [
     "AGGREGATES",
@@ -668,7 +668,7 @@ def _when_condition(ev: Evaluator, expr: Any, row: Row) -> Any:
 
 
 def _value(ev: Evaluator, expr: Any, row: Row) -> Any:
-    from zerodb_core.exceptions import QueryError
+    from zerodb_core.api import QueryError
 
     value = expr.value
     field = getattr(expr, "_output_field_or_none", None)

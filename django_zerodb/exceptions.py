@@ -18,7 +18,7 @@ from typing import Any
 
 import django.db.utils as django_errors
 
-import zerodb_core.exceptions as core
+import zerodb_core.api as core
 
 
 class Error(django_errors.Error):

@@ -29,7 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
-from zerodb_core.freshness import FileFreshnessTracker, FreshnessTracker
+from zerodb_core.api import FileFreshnessTracker, FreshnessTracker
 
 logger = logging.getLogger("django_zerodb")
 
@@ -121,7 +121,7 @@ class ModelFreshnessTracker(FreshnessTracker):
                 db: (seq, bytes.fromhex(digest) if digest else None) for db, seq, digest in rows
             }
         except ValueError:
-            from zerodb_core.exceptions import FreshnessError
+            from zerodb_core.api import FreshnessError
 
             raise FreshnessError(f"{TABLE} holds a malformed digest for {self.store}") from None
 

@@ -23,7 +23,7 @@ from django.db.models.expressions import OrderBy
 
 from django_zerodb.compat import has_column
 from django_zerodb.exceptions import NotSupportedError
-from zerodb_core.schema import FIELD, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
+from zerodb_core.api import FIELD, TEXT, TRIGRAM, UNIQUE, IndexSpec, ModelSpec
 
 # Derived columns (functional and partial indexes, django_zerodb/derived.py): a record
 # column named PREFIX + a digest of the expression and condition.

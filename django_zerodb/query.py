@@ -52,12 +52,7 @@ from django_zerodb.translate import (
 )
 from django_zerodb.values import Order as _Order
 from django_zerodb.values import hashable
-from zerodb_core.encoding import encode_key
-from zerodb_core.query.executor import Executor
-from zerodb_core.query.operators import And, Any_, Eq, Expr
-from zerodb_core.query.planner import plan
-from zerodb_core.query.result import QueryResult
-from zerodb_core.transaction import View
+from zerodb_core.api import And, Any_, Eq, Executor, Expr, QueryResult, View, encode_key, plan
 
 Record = dict[str, Any]
 # ``fetch(sort=PK_ORDER)``: order by primary key (not a column with an index).
@@ -465,9 +460,7 @@ class SelectQuery:
 
     def _lock(self, base: list) -> None:
         if self.query.select_for_update and base:
-            from django_zerodb.compiler import lock_rows
-
-            lock_rows(self.connection, self.table, base)
+            self.connection.session.lock_rows(self.table, base)
 
     def _attaches(self, join: Join) -> bool:
         """A join that adds at most one row per row: a key to the joined table's pk."""

@@ -27,8 +27,7 @@ from django_zerodb.indexes import (
     model_spec,
     unique_constraint,
 )
-from zerodb_core.schema import ModelSpec
-from zerodb_core.transaction import DropIndex, DropModel, EnsureModel, WriteOp
+from zerodb_core.api import DropIndex, DropModel, EnsureModel, ModelSpec, WriteOp
 
 # Records rewritten per batch (each batch is one put into the trees).
 REWRITE_BATCH = 2000

@@ -17,9 +17,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from django_zerodb.exceptions import OperationalError
-from zerodb_core import DB
-from zerodb_core.isolation import READ_COMMITTED
-from zerodb_core.transaction import Savepoint, Transaction, View, WriteOp
+from zerodb_core.api import (
+    DB,
+    READ_COMMITTED,
+    ExpectRecords,
+    Savepoint,
+    Transaction,
+    View,
+    WriteOp,
+)
 
 
 class StoreSession:
@@ -99,6 +105,13 @@ class StoreSession:
         yield txn
         if txn.ops:
             self.engine.commit(txn)
+
+    def lock_rows(self, table: str, rows: list[tuple[Any, dict]]) -> None:
+        """``select_for_update()``: fail the commit if these rows change before it (in
+        autocommit mode there is no commit to fail: nothing to do)."""
+        if self.autocommit:
+            return
+        self.transaction().apply(ExpectRecords(table, tuple(rows)))
 
     def apply(self, op: WriteOp) -> Any:
         with self.writing() as txn:

@@ -17,8 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_zerodb.database_url import MissingPassphrase
 from django_zerodb.freshness import ModelFreshnessTracker, store_identity, tracker_for
-from zerodb_core import DB
-from zerodb_core.isolation import LEVELS, READ_COMMITTED
+from zerodb_core.api import DB, LEVELS, READ_COMMITTED
 
 _engines: dict[tuple, DB] = {}
 _lock = threading.Lock()

@@ -38,8 +38,7 @@ from django.db.models.expressions import Col
 from django_zerodb.evaluate import lookup_kind, lookup_test
 from django_zerodb.indexes import TrigramIndex
 from django_zerodb.translate import direct_lookup
-from zerodb_core.query.operators import And, Expr, Match, Substring
-from zerodb_core.text import fold
+from zerodb_core.api import And, Expr, Match, Substring, fold
 
 WHOLE = frozenset({"contains", "icontains", "endswith", "iendswith", "iexact"})
 SIGMA = "\u03c3"

@@ -29,8 +29,7 @@ from django.db.models.sql.where import AND, OR, NothingNode, WhereNode
 from django_zerodb.affinity import coercions
 from django_zerodb.correlated import Bound
 from django_zerodb.evaluate import Evaluator, lookup_kind, lookup_test
-from zerodb_core.exceptions import QueryError
-from zerodb_core.query.operators import (
+from zerodb_core.api import (
     And,
     Any_,
     Contains,
@@ -47,6 +46,7 @@ from zerodb_core.query.operators import (
     NotEq,
     NotInRange,
     Or,
+    QueryError,
     StartsWith,
 )
 

@@ -15,8 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django_zerodb.exceptions import DataError, NotSupportedError
-from zerodb_core.encoding import encode_key
-from zerodb_core.exceptions import QueryError
+from zerodb_core.api import QueryError, encode_key
 
 
 def _promoted(a: Any, b: Any) -> tuple[Any, Any]:

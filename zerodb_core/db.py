@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from blob_server.storage import Storage
-from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, RootRecord
+from blob_server.wire.storage import DEFAULT_RETENTION_SECONDS, RootRecord, Storage
 from zerodb_core import gcpause
 from zerodb_core.blobsource import BlobSource, open_after_reload
 from zerodb_core.btree import Leaf, NodeSizes, Run, RunRef, build_run_of
@@ -801,12 +800,8 @@ def _open_remote(
     """
     # Imported here so ``python -m zerodb_core.keyfile`` does not import itself twice.
     from zerodb_core.keyfile import KeyFile, pin_server
-    from zerodb_core.transport.remote import (
-        DEFAULT_POOL_SIZE,
-        DEFAULT_TIMEOUT,
-        RemoteTransport,
-        tls_context,
-    )
+    from zerodb_core.transport.connection import tls_context
+    from zerodb_core.transport.remote import DEFAULT_POOL_SIZE, DEFAULT_TIMEOUT, RemoteTransport
 
     if len(address) != 2 or not isinstance(address[0], str) or type(address[1]) is not int:
         raise QueryError(f"a remote store is (host, port), not {address!r}")

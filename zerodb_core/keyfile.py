@@ -164,10 +164,22 @@ class KeyFile:
         return keyfile
 
     def save(
-        self, path: str | os.PathLike[str], passphrase: str | bytes, *, kdf: str = DEFAULT_PRESET
+        self,
+        path: str | os.PathLike[str],
+        passphrase: str | bytes,
+        *,
+        kdf: str = DEFAULT_PRESET,
+        replace: bool = False,
     ) -> None:
-        """Write the sealed file (mode 0600), refusing to overwrite an existing one."""
+        """Write the sealed file (mode 0600), refusing to overwrite an existing one.
+
+        With ``replace`` an existing file is replaced atomically (temporary file, fsync,
+        rename): a crash leaves the old key or the new one, never half of either.
+        """
         data = self.seal(passphrase, kdf=kdf)
+        if replace:
+            _replace_file(Path(path), data)
+            return
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

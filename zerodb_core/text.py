@@ -39,7 +39,7 @@ def _mark_class() -> str:
     The stdlib ``re`` has no ``\\p{M}``, and ``\\w`` excludes marks, which would split
     words of Devanagari, Thai, ... in the middle; so the class is built once, lazily.
     Marks live in planes 0, 1 and 14 (variation selectors) only; scanning just those
-    keeps the first call to about 30 ms.
+    keeps the first call short.
     """
     ranges: list[tuple[int, int]] = []
     category = unicodedata.category

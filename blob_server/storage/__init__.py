@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 
 from blob_server.exceptions import StorageUnavailableError
-from blob_server.storage.base import (
+from blob_server.storage.memory import MemoryStorage
+from blob_server.storage.sqlite import SQLiteStorage
+from blob_server.wire.storage import (
     BLOB_ID_SIZE,
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -33,8 +35,6 @@ from blob_server.storage.base import (
     Storage,
     TenantUsage,
 )
-from blob_server.storage.memory import MemoryStorage
-from blob_server.storage.sqlite import SQLiteStorage
 
 __all__ = [
     "BLOB_ID_SIZE",

@@ -18,7 +18,7 @@ import asyncio
 import threading
 from collections import Counter
 
-from blob_server.storage.base import ChangeCallback, LostCallback, RootChanges, Storage
+from blob_server.wire.storage import ChangeCallback, LostCallback, RootChanges, Storage
 
 
 class _Hub:

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from blob_server.exceptions import BlobExistsError, NotStagedError
 from blob_server.storage import validation as v
-from blob_server.storage.base import (
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
     EMPTY_ROOT,
+    IN_PROCESS,
     NO_QUOTA,
     VOLATILE,
     CommitResult,
@@ -50,6 +51,7 @@ class MemoryStorage(Storage):
     """
 
     inline = True  # no I/O: the server's reads and commits run on its event loop
+    reach = IN_PROCESS
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from blob_server.exceptions import StorageUnavailableError
-from blob_server.storage.base import ChangeCallback, LostCallback, RootChanges
+from blob_server.wire.storage import ChangeCallback, LostCallback, RootChanges
 
 if TYPE_CHECKING:
     from blob_server.storage.redis import RedisStorage

@@ -5,13 +5,12 @@ buffer, each blob handed out as a view of it, never copied.
 typically 1 MiB (64 nodes of 16 KiB) and may be 48 MiB. redis-py moves every reply
 through asyncio's ``StreamReader`` and then hiredis: four copies of each byte, and a
 Python-level read, feed and parse step per 64 KiB, with the transport paused and resumed
-as the stream buffer fills. Profiled in the blob server, that was 0.5 ms of a 2.5 ms
-fetch of 64 x 16 KiB, the largest single cost and the one that kept the server above
-twice the raw Redis time (docs/performance.md). Here the kernel writes the reply into the
-connection's buffer (``asyncio.BufferedProtocol``), the parser below walks its bulk-string
-headers, and each value is a read-only ``memoryview`` of the buffer, which the server
-writes to its client as it is; a buffer is reused only once no view of it is left
-(``_Connection._unviewed_buffer``).
+as the stream buffer fills. Profiled in the blob server, that was the largest single
+cost of a fetch of 64 x 16 KiB (docs/performance.md, "The fetch path"). Here the kernel
+writes the reply into the connection's buffer (``asyncio.BufferedProtocol``), the parser
+below walks its bulk-string headers, and each value is a read-only ``memoryview`` of the
+buffer, which the server writes to its client as it is; a buffer is reused only once no
+view of it is left (``_Connection._unviewed_buffer``).
 
 This module speaks one command, MGET (several pipelined for long id lists), plus the
 connection set-up a URL asks for (AUTH, SELECT). Everything else the storage does
@@ -90,9 +89,8 @@ def _viewed(buffer: bytearray) -> bool:
 def _mget_command(keys: Sequence[bytes]) -> bytes:
     """``MGET keys...`` in RESP, byte for byte as ``hiredis.pack_command`` writes it.
 
-    *Why:* the key names of one read all have one length, so the command is a join in C:
-    1.6 us for 64 keys, where ``pack_command`` takes 9.4 us. Other key lists go through
-    hiredis."""
+    *Why:* the key names of one read all have one length, so the command is a join in C,
+    several times faster than ``pack_command``. Other key lists go through hiredis."""
     sizes = set(map(len, keys))
     if len(sizes) != 1:
         return hiredis.pack_command(("MGET", *keys))
@@ -283,7 +281,7 @@ class _Connection(asyncio.BufferedProtocol):
         """A buffer for the next reply that no value handed out still points into.
 
         *Why:* the values of an MGET are views of the buffer their reply arrived in, not
-        copies (copying them cost 0.1-0.2 ms of a 64-blob fetch, docs/performance.md),
+        copies (copying them was a measurable share of a fetch, docs/performance.md),
         and the server writes those views to its client as they are. So a buffer is
         written again only once every view of it is gone: normally the answer has been
         sent before the next request, and the same buffer serves again; if not, a spare

@@ -37,12 +37,13 @@ from contextlib import contextmanager
 
 from blob_server.exceptions import BlobExistsError, NotStagedError, StorageUnavailableError
 from blob_server.storage import validation as v
-from blob_server.storage.base import (
+from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
     DURABLE,
     EMPTY_ROOT,
     NO_QUOTA,
+    ON_MACHINE,
     OS_FLUSH,
     CommitResult,
     DatabaseUsage,
@@ -148,6 +149,8 @@ class SQLiteStorage(Storage):
     inject a fake one). ``synchronous`` is ``"FULL"`` (durable across power loss) or
     ``"NORMAL"`` (durable across process crashes only).
     """
+
+    reach = ON_MACHINE
 
     def __init__(
         self,

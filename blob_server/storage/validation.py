@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sized
 
-from blob_server import protocol
 from blob_server.exceptions import InvalidRequestError
-from blob_server.storage.base import BLOB_ID_SIZE
+from blob_server.wire.storage import (
+    BLOB_ID_SIZE,
+    MAX_BLOB_SIZE,
+    MAX_COMMIT_IDS,
+    MAX_IDS_PER_REQUEST,
+)
 
 MAX_NAME_LENGTH = 255
-MAX_IDS_PER_REQUEST = 100_000
-#: Most staged ids, and most garbage ids, one commit may name: what the protocol allows
-#: (a transaction staged in many requests is committed by one, naming every blob).
-MAX_COMMIT_IDS = protocol.MAX_COMMIT_IDS
-MAX_BLOB_SIZE = 64 * 1024 * 1024
 MAX_ALLOCATE = 1_000_000
 
 

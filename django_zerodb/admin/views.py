@@ -38,9 +38,7 @@ from django_zerodb.freshness import describe_tracker
 from django_zerodb.management.utils import model_labels
 from django_zerodb.middleware import RoundTripsMiddleware, recent_requests
 from django_zerodb.store import store_settings
-from zerodb_core.exceptions import ZeroDBError
-from zerodb_core.status import database_status
-from zerodb_core.verify import verify
+from zerodb_core.api import ZeroDBError, database_status, verify
 
 DEFAULT_VERIFY_PERMISSION = "django_zerodb.change_seenroot"
 RECENT_SHOWN = 20

@@ -15,7 +15,7 @@ from django.db import DatabaseError, connections
 from django_zerodb.exceptions import Error as BackendError
 from django_zerodb.exceptions import translated
 from django_zerodb.store import store_settings
-from zerodb_core.exceptions import ZeroDBError
+from zerodb_core.api import ZeroDBError
 
 
 def add_database_argument(parser) -> None:

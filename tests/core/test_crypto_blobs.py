@@ -192,12 +192,11 @@ def test_opaque_names_are_stable_separated_and_hex():
     # Stable across rotation: server-side names (id counters) must not change.
     rotated = KeyHierarchy({**MASTER, 2: os.urandom(32)}, 2)
     assert rotated.opaque_name("sequence", "main/Employee") == name
-    assert rotated.root_digest_key == KEYS.root_digest_key
 
 
 def test_purpose_keys_are_distinct():
-    keys = {KEYS.blob_key(1), KEYS.root_digest_key, KEYS._name_key, MASTER[1]}
-    assert len(keys) == 4
+    keys = {KEYS.blob_key(1), KEYS._name_key, MASTER[1]}
+    assert len(keys) == 3
 
 
 def test_hierarchy_repr_hides_keys():

@@ -243,3 +243,24 @@ def test_a_long_search_result_is_ranked_once(make_db, monkeypatch):
     assert len(result) == n and [x.pk for x in result] == full and len(searches) == 2
     page = db[Item].query(Contains("t", "alpha"), skip=3, limit=BATCH + 5)
     assert [x.pk for x in page] == full[3 : BATCH + 8] and len(searches) == 3
+
+
+NEGATIONS = [
+    (Eq("f", 3), NotEq("f", 3)),
+    (InRange("f", 2, 4), NotInRange("f", 2, 4)),
+    (Any("f", [1, 3]), NotAny("f", [1, 3])),
+    (Contains("f", "red fox"), DoesNotContain("f", "red fox")),
+]
+
+
+@pytest.mark.parametrize(("positive", "negative"), NEGATIONS, ids=lambda p: type(p).__name__)
+def test_a_negated_operator_is_a_sibling_of_what_it_negates(positive, negative):
+    """``isinstance(p, Eq)`` must not hold for a ``NotEq`` (checks in any order dispatch
+    right), and on present values each negation decides the opposite of its positive."""
+    assert not isinstance(negative, type(positive))
+    assert not isinstance(positive, type(negative))
+    for value in [1, 2, 3, 4, 5, "the red fox", "a fox"]:
+        if isinstance(positive, Contains) != isinstance(value, str):
+            continue  # full text decides strings; comparisons decide numbers here
+        assert negative.test(value) is not positive.test(value)
+    assert not negative.whole_values()

@@ -7,12 +7,12 @@ answering pings afterwards.
 from __future__ import annotations
 
 import os
+import select
 import time
 
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import (
     FAILURE_WINDOW,
     MAX_ADDRESS_FAILURES,
@@ -22,9 +22,11 @@ from blob_server.auth import (
 from blob_server.cli import build_parser
 from blob_server.limits import TenantLimits
 from blob_server.storage import MemoryStorage
+from blob_server.wire import protocol
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
 from zerodb_core.exceptions import AuthenticationError, StoreUnavailableError
-from zerodb_core.transport.remote import RemoteTransport, _DroppedError
+from zerodb_core.transport.connection import Connection, DroppedError
+from zerodb_core.transport.remote import RemoteTransport
 
 KEY_A = PrivateKey()
 KEY_B = PrivateKey()
@@ -455,7 +457,7 @@ def test_tls(registry, clock, tmp_path):
         srv.stop()
 
 
-def test_remote_transport_reconnects_reads_but_not_writes(server):
+def test_remote_transport_reconnects_reads_but_not_writes(server, monkeypatch):
     transport = RemoteTransport(
         "127.0.0.1", server.port, tenant="acme", login_key=KEY_A.secret, timeout=5
     )
@@ -468,16 +470,16 @@ def test_remote_transport_reconnects_reads_but_not_writes(server):
         for writer in list(server.server._writers):
             server.loop.call_soon_threadsafe(writer.close)
         deadline = time.monotonic() + 5
-        while not transport._stale() and time.monotonic() < deadline:
+        while not select.select([transport._sock], [], [], 0)[0] and time.monotonic() < deadline:
             time.sleep(0.01)
         done = transport.commit("main", expected_seq=0, root=b"r", blobs={}, garbage=[])
         assert done.ok and transport.reconnects >= 1
 
         # A write whose answer is lost is not replayed: its outcome is unknown.
-        def drop(requests):
-            raise _DroppedError(ConnectionError("lost"), sent=True)
+        def drop(conn, requests, on_push):
+            raise DroppedError(ConnectionError("lost"), sent=True)
 
-        transport._exchange_responses = drop  # what every exchange goes through
+        monkeypatch.setattr(Connection, "exchange", drop)  # what every exchange goes through
         with pytest.raises(StoreUnavailableError):
             transport.commit("main", expected_seq=1, root=b"r2", blobs={}, garbage=[])
     finally:

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.cli import main as cli_main
 from blob_server.limits import (
@@ -36,6 +35,7 @@ from blob_server.limits import (
 )
 from blob_server.storage import MemoryStorage
 from blob_server.tenants import LIMIT_KEYS, TenantRegistry
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.server.test_limits import wire_from
 from tests.server.test_operational_errors import (

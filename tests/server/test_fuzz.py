@@ -46,12 +46,12 @@ from coincurve import PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blob_server import protocol
 from blob_server.leases import DEFAULT_LEASE_TIMEOUT, MAX_LEASE_WAIT, TOKEN_BYTES
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES
 from blob_server.storage import MemoryStorage
-from blob_server.storage.base import DEFAULT_RETENTION_SECONDS
 from blob_server.tenants import TenantRegistry
+from blob_server.wire import protocol
+from blob_server.wire.storage import DEFAULT_RETENTION_SECONDS
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import ServerProcess
 from zerodb_core import DB

@@ -11,10 +11,10 @@ import os
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.leases import MAX_LEASE_WAIT, TOKEN_BYTES, MemoryCommitLeases
 from blob_server.storage import MemoryStorage
+from blob_server.wire import protocol
 from tests.server.wire import InProcessServer, Wire, registry_with
 
 KEY_A = PrivateKey()

@@ -10,12 +10,12 @@ import time
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.exceptions import InvalidRequestError
 from blob_server.limits import ConnectionTable, RequestRates, ServerFullError, TenantLimits
 from blob_server.storage.memory import MemoryStorage
 from blob_server.tenants import TenantRegistry
+from blob_server.wire import protocol
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
 
 KEY = PrivateKey()

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blob_server import protocol
-from blob_server.protocol import (
+from blob_server.wire import protocol
+from blob_server.wire.protocol import (
     MAX_FRAME_BYTES,
     FrameTooLargeError,
     ProtocolError,

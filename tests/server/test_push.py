@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.cli import main as cli_main
 from blob_server.storage import MemoryStorage
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.server.test_server_e2e import PASSWORD, ServerProcess
 from tests.server.wire import InProcessServer, Wire, registry_with

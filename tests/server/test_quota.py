@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.cli import STATS_LIMITS, build_parser, parse_size
 from blob_server.cli import main as cli_main
@@ -26,6 +25,7 @@ from blob_server.limits import FAIRNESS_KEYS
 from blob_server.server import DEFAULT_MAX_COMMIT_BLOBS, DEFAULT_MAX_COMMIT_BYTES, BlobServer
 from blob_server.storage import MemoryStorage, Quota, SQLiteStorage
 from blob_server.tenants import DEFAULT, TenantRegistry
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.server.wire import InProcessServer, Wire, registry_with
 from zerodb_core import (
@@ -37,7 +37,8 @@ from zerodb_core import (
     ZeroDBError,
 )
 from zerodb_core.keyfile import KeyFile
-from zerodb_core.transport.remote import FALLBACK_LIMITS, RemoteTransport
+from zerodb_core.transport.answers import FALLBACK_LIMITS
+from zerodb_core.transport.remote import RemoteTransport
 
 KEY_A = PrivateKey()
 KEY_B = PrivateKey()

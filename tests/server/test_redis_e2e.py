@@ -34,8 +34,8 @@ import pytest
 import redis
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.storage.redis import RedisStorage
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.core.test_canary import int_needles, marker, text_needles
 from tests.server.conftest import RedisServer

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from blob_server import protocol
 from blob_server.cli import main as cli_main
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.server.wire import Wire
 from zerodb_core import DB, AuthenticationError, WrongPassphraseError

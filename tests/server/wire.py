@@ -13,11 +13,11 @@ from pathlib import Path
 
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.server import BlobServer
 from blob_server.storage import Storage
 from blob_server.tenants import TenantRegistry
+from blob_server.wire import protocol
 
 
 class FakeClock:

@@ -8,14 +8,12 @@ distinct, so no two purposes can ever share a key)::
     subkey[e, purpose]  = BLAKE2b(b"",      key=data[e],   person=<purpose label>)
         "blob"          -> "zerodb:blob:v1"   XChaCha20-Poly1305 key of blobs sealed in e
         "opaque-name"   -> "zerodb:name:v1"   keyed hash turning names into opaque ids
-        "root-digest"   -> "zerodb:root:v1"   MAC key over root digests (freshness state)
 
 Blob keys exist for every epoch (old blobs stay readable after a rotation; new blobs
-use the current epoch). Opaque names and the root-digest key are derived from the
-*first* epoch instead of the current one: names the server sees (sequence counters,
-...) and remembered root MACs must stay the same across a rotation, or a rotation
-would silently reset ID counters. Dropping old epochs must therefore keep the first
-one (or migrate the names).
+use the current epoch). Opaque names are derived from the *first* epoch instead of the
+current one: names the server sees (sequence counters, ...) must stay the same across
+a rotation, or a rotation would silently reset ID counters. Dropping old epochs must
+therefore keep the first one (or migrate the names).
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ PURPOSES: Final[Mapping[str, bytes]] = MappingProxyType(
     {
         "blob": b"zerodb:blob:v1",
         "opaque-name": b"zerodb:name:v1",
-        "root-digest": b"zerodb:root:v1",
     }
 )
 OPAQUE_NAME_BYTES: Final = 16  # 32 hex characters
@@ -58,7 +55,7 @@ class KeyHierarchy:
     ``repr`` and ``str`` show epochs only, never key material.
     """
 
-    __slots__ = ("_blob_keys", "_current", "_name_key", "_root_digest_key")
+    __slots__ = ("_blob_keys", "_current", "_name_key")
 
     def __init__(self, masters: Mapping[int, bytes], current: int) -> None:
         if not masters:
@@ -74,7 +71,6 @@ class KeyHierarchy:
             blob_keys[epoch] = _kdf(data, PURPOSES["blob"])
             if epoch == first:
                 self._name_key = _kdf(data, PURPOSES["opaque-name"])
-                self._root_digest_key = _kdf(data, PURPOSES["root-digest"])
         if check_epoch(current) not in blob_keys:
             raise ValueError(f"current epoch {current} has no master key")
         self._blob_keys = blob_keys
@@ -93,11 +89,6 @@ class KeyHierarchy:
     def blob_key(self, epoch: int) -> bytes:
         """Return the blob encryption key of ``epoch``; ``KeyError`` if it is unknown."""
         return self._blob_keys[epoch]
-
-    @property
-    def root_digest_key(self) -> bytes:
-        """Key for MACs over root digests (stable across rotations)."""
-        return self._root_digest_key
 
     def opaque_name(self, purpose: str, name: str) -> str:
         """Return 32 hex characters naming ``name`` to the server without revealing it.

@@ -12,8 +12,8 @@ payload of exactly a class size moves up one class; B+tree nodes should aim for 
 ``class - 1`` bytes of payload.
 
 It is implemented here rather than by calling ``sodium_pad``/``sodium_unpad``: those are
-constant-time loops over the whole block and cost ~50 us each for a 16 KiB class, twice
-the cost of the encryption itself. Constant time buys nothing here: ``unpad`` only ever
+constant-time loops over the whole block, which for a large size class cost more than
+the encryption itself. Constant time buys nothing here: ``unpad`` only ever
 sees plaintext whose tag has already verified (no padding oracle), and the payload
 length is in any case visible to timing through its encoding. The tests check that the
 output equals libsodium's.

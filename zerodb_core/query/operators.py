@@ -92,12 +92,20 @@ def _point(key: bytes) -> KeyRange:
     return (key, key_after(key))
 
 
-class Eq(Predicate):
+class ValuePredicate(Predicate):
+    """A condition against one value (``Eq``, ``NotEq``).
+
+    The negated operators are siblings of the ones they negate, never subclasses: an
+    ``isinstance(p, Eq)`` must not hold for ``NotEq``, whatever order checks come in.
+    """
+
     def __init__(self, field: str, value: Any) -> None:
         self.field = field
         self.value = value
         self._k = encode_key(value)
 
+
+class Eq(ValuePredicate):
     def test(self, value: Any) -> bool:
         return (value is None and self.value is None) or _key(value) == self._k
 
@@ -172,17 +180,21 @@ class Ge(_Bound):
         return [(self._k, None)]
 
 
-class InRange(Predicate):
-    """``start <= value <= end`` (both ends included, as in ZeroDB)."""
+class RangePredicate(Predicate):
+    """A condition against an interval with both ends included (``InRange``, ``NotInRange``)."""
 
     def __init__(self, field: str, start: Any, end: Any) -> None:
         if start is None or end is None:
-            raise QueryError(f"InRange({field!r}, ...) needs two bounds, not None")
+            raise QueryError(f"{type(self).__name__}({field!r}, ...) needs two bounds, not None")
         self.field = field
         self.start = start
         self.end = end
         self._lo = encode_key(start)
         self._hi = encode_key(end)
+
+
+class InRange(RangePredicate):
+    """``start <= value <= end`` (both ends included, as in ZeroDB)."""
 
     def test(self, value: Any) -> bool:
         k = _key(value)
@@ -194,7 +206,7 @@ class InRange(Predicate):
         return [(self._lo, key_after(self._hi))]
 
 
-class NotInRange(InRange):
+class NotInRange(RangePredicate):
     """A present value outside ``[start, end]``."""
 
     def test(self, value: Any) -> bool:
@@ -207,11 +219,8 @@ class NotInRange(InRange):
         return [(_AFTER_NONE, self._lo), (key_after(self._hi), None)]
 
 
-class NotEq(Eq):
+class NotEq(ValuePredicate):
     """A present value different from ``value``."""
-
-    def whole_values(self) -> bool:
-        return False
 
     def test(self, value: Any) -> bool:
         k = _key(value)
@@ -223,14 +232,18 @@ class NotEq(Eq):
         return [(_AFTER_NONE, self._k), (key_after(self._k), None)]
 
 
-class Any_(Predicate):
-    """The value is one of ``values`` (SQL ``IN``); exported as ``Any``."""
+class ValuesPredicate(Predicate):
+    """A condition against a set of values (``Any_``, ``NotAny``)."""
 
     def __init__(self, field: str, values: Iterable[Any]) -> None:
         self.field = field
         self.values = list(values)
         self._keys = sorted({encode_key(v) for v in self.values})
         self._set = frozenset(self._keys)
+
+
+class Any_(ValuesPredicate):
+    """The value is one of ``values`` (SQL ``IN``); exported as ``Any``."""
 
     def test(self, value: Any) -> bool:
         if value is None:
@@ -244,11 +257,8 @@ class Any_(Predicate):
         return True
 
 
-class NotAny(Any_):
+class NotAny(ValuesPredicate):
     """A present value that is none of ``values`` (SQL ``NOT IN`` on non-null values)."""
-
-    def whole_values(self) -> bool:
-        return False
 
     def test(self, value: Any) -> bool:
         k = _key(value)
@@ -301,32 +311,41 @@ class Match(Predicate):
         return f"Match({self.field!r}, {self.description})"
 
 
-class Contains(Predicate):
-    """Full-text: every word and every "quoted phrase" of ``text`` occurs in the field.
-
-    Served by the field's text index (results ranked by BM25 when nothing else orders
-    them); on a field without one it is evaluated on the records.
-    """
+class PhrasePredicate(Predicate):
+    """A full-text condition on the words and "quoted phrases" of ``text`` (``Contains``,
+    ``DoesNotContain``); a field's text index serves both (the second as a complement)."""
 
     def __init__(self, field: str, text: str) -> None:
         if not isinstance(text, str):
-            raise QueryError(f"Contains({field!r}, ...) needs a str")
+            raise QueryError(f"{type(self).__name__}({field!r}, ...) needs a str")
         self.field = field
         self.text = text
         self.groups = parse_query(text)
 
-    def test(self, value: Any) -> bool:
+    def contains(self, value: Any) -> bool:
+        """Whether every word and phrase of ``text`` occurs in ``value``."""
         if not isinstance(value, str) or not self.groups:
             return False
         tokens = tokenize(value)
         return all(_has_phrase(tokens, group) for group in self.groups)
 
 
-class DoesNotContain(Contains):
+class Contains(PhrasePredicate):
+    """Full-text: every word and every "quoted phrase" of ``text`` occurs in the field.
+
+    Served by the field's text index (results ranked by BM25 when nothing else orders
+    them); on a field without one it is evaluated on the records.
+    """
+
+    def test(self, value: Any) -> bool:
+        return self.contains(value)
+
+
+class DoesNotContain(PhrasePredicate):
     """The negation of :class:`Contains` (a missing value does not contain anything)."""
 
     def test(self, value: Any) -> bool:
-        return not super().test(value)
+        return not self.contains(value)
 
 
 class Substring(Predicate):

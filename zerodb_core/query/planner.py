@@ -18,6 +18,7 @@ from zerodb_core.query.operators import (
     Match,
     Not,
     Or,
+    PhrasePredicate,
     Predicate,
     Substring,
 )
@@ -48,7 +49,7 @@ class TextScan:
 
     index: IndexSpec
     tree: str
-    predicate: Contains
+    predicate: PhrasePredicate
 
     def describe(self) -> str:
         return f"TextScan({self.index.name}: {self.predicate.text!r})"
@@ -154,15 +155,15 @@ def plan(expr: Expr | None, spec: ModelSpec) -> Plan:
 
 
 def _plan_predicate(pred: Predicate, spec: ModelSpec) -> Plan:
-    if isinstance(pred, DoesNotContain):
-        index = spec.text_index_for(pred.field)
-        if index is not None:
-            return Plan(Complement(TextScan(index, spec.index_tree(index), pred)), None)
-        return Plan(None, pred)
     if isinstance(pred, Contains):
         index = spec.text_index_for(pred.field)
         if index is not None:
             return Plan(TextScan(index, spec.index_tree(index), pred), None)
+        return Plan(None, pred)
+    if isinstance(pred, DoesNotContain):
+        index = spec.text_index_for(pred.field)
+        if index is not None:
+            return Plan(Complement(TextScan(index, spec.index_tree(index), pred)), None)
         return Plan(None, pred)
     if isinstance(pred, Substring):
         index = spec.text_index_for(pred.field, TRIGRAM)

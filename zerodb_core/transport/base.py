@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from blob_server.storage.base import DEFAULT_RETENTION_SECONDS, CommitResult, RootRecord
+from blob_server.wire.storage import DEFAULT_RETENTION_SECONDS, CommitResult, RootRecord
 from zerodb_core.exceptions import IntegrityError
 from zerodb_core.transport.staging import (
     REFUSALS,
@@ -303,7 +303,7 @@ class Transport(abc.ABC):
 
     def durability(self) -> dict[str, str] | None:
         """What an acknowledged commit survives, as the store says: ``{"mode", "detail"}``
-        (``mode`` one of ``blob_server.storage.base.DURABILITY_MODES``), or None when it
+        (``mode`` one of ``blob_server.wire.storage.DURABILITY_MODES``), or None when it
         does not say. No round trip."""
         return None
 

@@ -12,8 +12,8 @@ directly:
   ``<store>.lease`` is the lease itself (exclusive); ``<store>.queue`` is held shared by
   every client that waits for the lease or holds it, so a client about to commit sees
   with one non-blocking try whether anybody queues (then it queues too instead of
-  racing). One lease covers every database of the file. Waiters poll the lease (every
-  0.1-1 ms): ``flock`` cannot wait with a timeout. The kernel does not hand the lease over
+  racing). One lease covers every database of the file. Waiters poll the lease (at short,
+  growing intervals): ``flock`` cannot wait with a timeout. The kernel does not hand the lease over
   in arrival order; every waiter polls alike, and the client that just committed must
   queue behind them like anyone else, so turns are shared evenly, if not in strict order.
 

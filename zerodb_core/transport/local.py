@@ -6,11 +6,18 @@ import threading
 import weakref
 from collections.abc import Hashable, Mapping, Sequence
 
-from blob_server import protocol
-from blob_server.exceptions import StorageError
-from blob_server.storage import MemoryStorage, SQLiteStorage, Storage
-from blob_server.storage.base import CommitResult, RootRecord
-from blob_server.storage.validation import MAX_BLOB_SIZE, MAX_COMMIT_IDS, MAX_IDS_PER_REQUEST
+from blob_server.wire import protocol
+from blob_server.wire.exceptions import StorageError
+from blob_server.wire.storage import (
+    IN_PROCESS,
+    MAX_BLOB_SIZE,
+    MAX_COMMIT_IDS,
+    MAX_IDS_PER_REQUEST,
+    ON_MACHINE,
+    CommitResult,
+    RootRecord,
+    Storage,
+)
 from zerodb_core.exceptions import StoreUnavailableError
 from zerodb_core.transport.base import Transport
 from zerodb_core.transport.leases import FILE_LOCKS, FileLeases, LocalLeases, ThreadLeases
@@ -39,16 +46,17 @@ _THREAD_LEASES_LOCK = threading.Lock()
 
 
 def store_leases(storage: Storage) -> LocalLeases | None:
-    """The commit leases of an embedded store (``transport.leases``): shared in the
-    process for ``MemoryStorage``, file locks beside an ``SQLiteStorage``; None for other
-    storages (a Redis used as an embedded store: its clients race, as before leases)."""
-    if isinstance(storage, MemoryStorage):
+    """The commit leases of an embedded store (``transport.leases``), by its ``reach``:
+    shared in the process for an in-process store (memory), file locks beside a store in
+    a file (SQLite); None for a networked one (a Redis used as an embedded store: its
+    clients race, as before leases)."""
+    if storage.reach == IN_PROCESS:
         with _THREAD_LEASES_LOCK:
             found = _THREAD_LEASES.get(storage)
             if found is None:
                 found = _THREAD_LEASES[storage] = ThreadLeases()
             return found
-    if isinstance(storage, SQLiteStorage) and FILE_LOCKS:
+    if storage.reach == ON_MACHINE and storage.path and FILE_LOCKS:
         return FileLeases(storage.path)
     return None
 
@@ -199,7 +207,13 @@ class LocalTransport(Transport):
 
 
 def open_local_transport(url: str, *, delay: float = 0.0) -> LocalTransport:
-    """Open ``memory://`` or ``sqlite:///path`` as an embedded store."""
+    """Open ``memory://`` or ``sqlite:///path`` as an embedded store.
+
+    ``blob_server.storage.open_storage`` is the one thing of the server package besides
+    ``blob_server.wire`` that the client imports: an embedded store *is* a storage backend,
+    running in this process on a file this process owns, so there is no trust boundary
+    to keep; the factory is imported here, on first use, and nowhere else.
+    """
     from blob_server.storage import open_storage
 
     try:

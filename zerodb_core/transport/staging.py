@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from blob_server import exceptions as store_errors
+from blob_server.wire import exceptions as store_errors
 from zerodb_core.exceptions import CommitTooLargeError, IntegrityError, QuotaExceededError
 
 # msgpack around the payload of a request, for the frame estimate: per new blob a 16-byte
@@ -152,7 +152,7 @@ def plan_commit(
         )
     if not pending.staged and not pending.doubtful:
         # The usual commit: nothing staged before, and it fits one request. Checked by
-        # sums in C, not per blob in Python (4,096 blobs: 0.2 ms instead of 1.7).
+        # sums in C, not per blob in Python (it runs on every commit).
         sizes = list(map(len, blobs.values()))
         if (
             max(sizes, default=0) <= limits.blob

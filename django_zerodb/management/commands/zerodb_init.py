@@ -15,7 +15,7 @@ from django_zerodb.management.utils import (
     encrypted_connection,
     unlocked_session,
 )
-from zerodb_core.crypto import PRESETS
+from zerodb_core.api import PRESETS
 
 
 class Command(BaseCommand):
@@ -94,7 +94,7 @@ class Command(BaseCommand):
 
     def _key_file(self, params: dict, options: dict) -> bool:
         """Create the key file if it is missing (or --force); True if one was created."""
-        from zerodb_core.keyfile import KeyFile
+        from zerodb_core.api import KeyFile
 
         path = params["key_file"] or os.environ.get("ZERODB_KEY_FILE")
         if not path:
@@ -118,9 +118,7 @@ class Command(BaseCommand):
         kdf = options["kdf"] or params["kdf"] or "moderate"
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():  # --force: replace atomically, never leave half a key
-            from zerodb_core.keyfile import _replace_file
-
-            _replace_file(path, keyfile.seal(params["passphrase"], kdf=kdf))
+            keyfile.save(path, params["passphrase"], kdf=kdf, replace=True)
         else:
             try:
                 keyfile.save(path, params["passphrase"], kdf=kdf)

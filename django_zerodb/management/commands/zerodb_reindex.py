@@ -18,8 +18,7 @@ from django_zerodb.management.utils import (
     unlocked_session,
 )
 from django_zerodb.schema import RewriteRecords
-from zerodb_core.schema import ModelSpec
-from zerodb_core.transaction import DropIndex, EnsureModel
+from zerodb_core.api import DropIndex, EnsureModel, ModelSpec
 
 
 class Command(BaseCommand):

@@ -14,8 +14,7 @@ from django_zerodb.management.utils import (
     status,
     unlocked_session,
 )
-from zerodb_core.crypto import PRESETS
-from zerodb_core.rekey import change_passphrase, rotate_epoch
+from zerodb_core.api import PRESETS, change_passphrase, rotate_epoch
 
 
 class Command(BaseCommand):

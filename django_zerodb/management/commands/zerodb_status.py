@@ -18,7 +18,7 @@ from django_zerodb.management.utils import (
     model_labels,
     unlocked_session,
 )
-from zerodb_core.status import database_status
+from zerodb_core.api import database_status
 
 
 class Command(BaseCommand):

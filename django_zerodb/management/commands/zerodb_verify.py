@@ -16,7 +16,7 @@ from django_zerodb.management.utils import (
     progress_bar,
     unlocked_session,
 )
-from zerodb_core.verify import verify
+from zerodb_core.api import verify
 
 
 class Command(BaseCommand):

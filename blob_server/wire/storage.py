@@ -43,7 +43,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from blob_server.exceptions import InvalidRequestError, QuotaExceededError
+from blob_server.wire import protocol
+from blob_server.wire.exceptions import InvalidRequestError, QuotaExceededError
 
 if TYPE_CHECKING:
     from blob_server.leases import CommitLeases
@@ -58,6 +59,12 @@ ChangeCallback = Callable[[str, str, int], None]
 LostCallback = Callable[[], None]
 
 BLOB_ID_SIZE = 16
+#: What every backend accepts in one call (``blob_server.storage.validation`` checks it):
+#: ids per call, bytes per blob, and staged or garbage ids one commit may name (what the
+#: protocol allows: a transaction staged in many requests is committed by one).
+MAX_IDS_PER_REQUEST = 100_000
+MAX_BLOB_SIZE = 64 * 1024 * 1024
+MAX_COMMIT_IDS = protocol.MAX_COMMIT_IDS
 DEFAULT_RETENTION_SECONDS = 600.0
 #: How long a staged blob may stay pending before garbage collection deletes it: far
 #: longer than any upload of one transaction, short enough that a dead client's orphans
@@ -181,6 +188,13 @@ VOLATILE = "volatile"
 #: The storage would not say (Redis with CONFIG renamed or disabled, as managed services
 #: do); the operator vouched for it with a flag.
 UNVERIFIED = "unverified"
+
+#: ``Storage.reach``: a store only this process can reach.
+IN_PROCESS = "process"
+#: ``Storage.reach``: a store in a file, shared by the processes of one machine.
+ON_MACHINE = "machine"
+#: ``Storage.reach``: a store clients reach over the network (the default).
+NETWORKED = "network"
 DURABILITY_MODES = (DURABLE, EVERYSEC, OS_FLUSH, VOLATILE, UNVERIFIED)
 
 
@@ -234,6 +248,14 @@ class Storage(abc.ABC):
     blob is written, the staged blobs made live, the root swapped and the garbage
     recorded (or every blob staged), or nothing changes.
     """
+
+    #: Where the clients of this store can run, and so who may commit to it at once:
+    #: ``IN_PROCESS`` (this process only: the in-memory store), ``ON_MACHINE`` (processes
+    #: of this machine, through the file at ``path``) or ``NETWORKED`` (anyone who reaches
+    #: it). An embedded client takes its commit turns within that scope.
+    reach: str = NETWORKED
+    #: The file of an ``ON_MACHINE`` store; None for the others.
+    path: str | None = None
 
     @abc.abstractmethod
     def get_blobs(self, tenant: str, database: str, ids: Sequence[bytes]) -> dict[bytes, bytes]:
@@ -390,7 +412,7 @@ class Storage(abc.ABC):
     # Reads and commits are most of a server's requests. A backend with an asyncio client
     # (Redis) or no I/O at all (memory) answers them on the event loop; the default hands
     # the synchronous call to a worker thread, as the server does for every other operation
-    # (the hand-off costs about 0.2 ms a request on a 2-core machine).
+    # (the hand-off is a measurable share of a small request).
 
     #: A backend without I/O (memory) sets this: its calls run on the event loop at once.
     inline: bool = False
@@ -402,7 +424,7 @@ class Storage(abc.ABC):
 
     async def aget_blobs(
         self, tenant: str, database: str, ids: Sequence[bytes]
-    ) -> dict[bytes, bytes | memoryview]:
+    ) -> Mapping[bytes, bytes | memoryview]:
         """:meth:`get_blobs` for an asyncio caller; a backend may answer read-only views
         instead of ``bytes`` (Redis does, to spare a copy; see ``storage.resp``)."""
         return await self._on_loop(self.get_blobs, tenant, database, ids)

@@ -158,8 +158,8 @@ class FramePacker:
     ``FrameReceiver``.
 
     *Why:* ``msgpack.packb`` makes a new Packer per call, whose buffer starts at 256 KiB
-    and is grown by doubling: packing a 1 MiB answer of 64 blobs took 1.1 ms that way, and
-    0.05 ms with a Packer whose buffer has already grown (the buffer is kept across calls;
+    and is grown by doubling on every large answer, where a Packer whose buffer has
+    already grown just writes (docs/performance.md; the buffer is kept across calls;
     one that grew past ``KEEP_BYTES`` is let go, so a rare huge frame does not pin its
     memory). Not thread-safe: the server keeps one per event loop, the client one per
     connection.
@@ -251,8 +251,7 @@ def _entry_heads(
 
     *Why two ways:* this runs for every blob of every answer. The ids of one answer have
     one length, and its blobs are often all of one padded size class (full nodes); then
-    the two headers are made once and each entry is one concatenation (64 entries: 8 us
-    instead of 27 us).
+    the two headers are made once and each entry is one concatenation.
     """
     keys = list(blobs)
     key_sizes = set(map(len, keys))
@@ -416,8 +415,8 @@ def write_frame(writer: asyncio.StreamWriter, frame: tuple[bytes | memoryview, .
     * It never pauses the protocol either, so ``drain()`` would not wait for a slow
       reader; a ``write`` last does pause when the buffer is over its high-water mark.
     * That last write must carry more than a get_blobs answer's few closing bytes: sent
-      alone they cost the peer one more wake-up, 0.1 ms of a 1.3 ms fetch
-      (docs/performance.md). The last blob goes with them (copied, unless it is large).
+      alone they cost the peer one more wake-up (docs/performance.md). The last blob goes
+      with them (copied, unless it is large).
     """
     if len(frame) == 1 or sum(map(len, frame)) <= SMALL_FRAME_BYTES:
         writer.write(b"".join(frame))
