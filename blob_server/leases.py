@@ -30,7 +30,6 @@ per process, they would race as before: never wrongly, only less fairly).
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import logging
@@ -38,6 +37,8 @@ import os
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+
+from blob_server.wire.storage import CommitLeases
 
 #: Seconds a client may hold a commit lease (``serve --commit-lease-timeout``): long
 #: enough to replay a transaction and upload it, short enough that a client that hangs
@@ -58,54 +59,6 @@ def check_lease_timeout(timeout: object) -> float:
     if type(timeout) not in (int, float) or not 0 < timeout <= MAX_LEASE_WAIT:  # type: ignore[operator]
         raise ValueError(f"the commit lease timeout must be in (0, {MAX_LEASE_WAIT:.0f}] s")
     return float(timeout)  # type: ignore[arg-type]
-
-
-class CommitLeases(abc.ABC):
-    """Per (tenant, database): a FIFO of clients waiting for the commit lease; the head
-    holds it for at most ``timeout`` seconds.
-
-    ``owner`` identifies the connection that asked (its leases and places go with it,
-    ``forget``); a token identifies one grant, and is what a commit presents.
-    """
-
-    timeout: float
-
-    @abc.abstractmethod
-    async def acquire(
-        self, tenant: str, database: str, owner: Hashable, wait: float, alive: Callable[[], bool]
-    ) -> bytes | None:
-        """Queue for the lease and wait at most ``wait`` seconds for it; return its token,
-        or None when the wait ran out (the place in the queue is then given up).
-        ``alive`` tells whether the owner can still use a grant (a waiter whose
-        connection closed meanwhile is skipped)."""
-
-    @abc.abstractmethod
-    async def release(self, tenant: str, database: str, token: bytes) -> bool:
-        """Give the lease back (its commit succeeded, or the client gave up); return
-        whether ``token`` held it. The next waiter holds it at once."""
-
-    @abc.abstractmethod
-    async def held_by_other(self, tenant: str, database: str, token: bytes | None) -> bool:
-        """Whether someone other than ``token``'s holder holds the lease now: a commit
-        presenting ``token`` (None: none) must then wait for its turn."""
-
-    @abc.abstractmethod
-    async def forget(self, owner: Hashable) -> None:
-        """Release the leases of ``owner`` and give up its places (its connection closed)."""
-
-    @abc.abstractmethod
-    async def state(self, tenant: str, database: str) -> dict[str, int]:
-        """The lease of one database now: ``held`` (0 or 1) and ``waiting`` (clients
-        queued for it)."""
-
-    @abc.abstractmethod
-    def claims_of(self, owner: Hashable) -> int:
-        """How many leases ``owner`` holds or waits for (the server bounds it)."""
-
-    @abc.abstractmethod
-    def stats(self) -> dict[str, int]:
-        """Counters since start: ``granted``, ``released``, ``expired`` (timed out),
-        ``dropped`` (released because the holder's connection closed), ``held``, ``waiting``."""
 
 
 @dataclass(eq=False, slots=True)

@@ -1,4 +1,5 @@
-"""Root changes within one Python process: the feed of the memory and SQLite backends.
+"""Root changes within one Python process: the feed of the memory and SQLite backends,
+and (``InProcessServing``) what a blob server on such a backend uses.
 
 A ``memory://`` store lives in one process, so every commit to it passes through its
 storage object, which announces it here; a SQLite file may be shared by several
@@ -18,7 +19,13 @@ import asyncio
 import threading
 from collections import Counter
 
-from blob_server.wire.storage import ChangeCallback, LostCallback, RootChanges, Storage
+from blob_server.leases import MemoryCommitLeases
+from blob_server.wire.storage import (
+    ChangeCallback,
+    CommitLeases,
+    LostCallback,
+    RootChanges,
+)
 
 
 class _Hub:
@@ -48,7 +55,7 @@ class _Hub:
 _hub_lock = threading.Lock()
 
 
-def hub_of(storage: Storage) -> _Hub:
+def hub_of(storage: object) -> _Hub:
     """The hub of ``storage`` (made on first use, kept on the storage object)."""
     with _hub_lock:
         hub = storage.__dict__.get("_root_hub")
@@ -100,3 +107,15 @@ class LocalRootChanges(RootChanges):
     async def aclose(self) -> None:
         self._hub.drop(self)
         self.watched.clear()
+
+
+class InProcessServing:
+    """The server hooks of a storage whose writers all pass through this process's
+    storage object (memory; SQLite as far as anyone can hear): root changes from the
+    hub, commit leases in a table of this process."""
+
+    def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
+        return hub_of(self).feed(on_change, on_lost)
+
+    def commit_leases(self, timeout: float) -> CommitLeases:
+        return MemoryCommitLeases(timeout)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from blob_server.exceptions import BlobExistsError, NotStagedError
 from blob_server.storage import validation as v
+from blob_server.storage.local_changes import InProcessServing
 from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -43,7 +44,7 @@ class _Database:
     keyrings: dict[str, bytes] = field(default_factory=dict)
 
 
-class MemoryStorage(Storage):
+class MemoryStorage(InProcessServing, Storage):
     """Keep everything in dicts; nothing survives the process.
 
     ``clock`` returns the current time in seconds; tests inject a fake one to drive

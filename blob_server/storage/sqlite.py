@@ -37,6 +37,7 @@ from contextlib import contextmanager
 
 from blob_server.exceptions import BlobExistsError, NotStagedError, StorageUnavailableError
 from blob_server.storage import validation as v
+from blob_server.storage.local_changes import InProcessServing
 from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
     DEFAULT_STAGING_TIMEOUT,
@@ -141,7 +142,7 @@ def _in_size(n: int) -> int:
     return next(size for size in _IN_SIZES if size >= n)
 
 
-class SQLiteStorage(Storage):
+class SQLiteStorage(InProcessServing, Storage):
     """Store blobs, roots, keyrings, counters and garbage in one SQLite file.
 
     ``timeout`` is how long a writer waits for the write lock before giving up with

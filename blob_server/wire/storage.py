@@ -41,13 +41,10 @@ import abc
 import asyncio
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from blob_server.wire import protocol
 from blob_server.wire.exceptions import InvalidRequestError, QuotaExceededError
-
-if TYPE_CHECKING:
-    from blob_server.leases import CommitLeases
 
 T = TypeVar("T")
 
@@ -241,6 +238,54 @@ class RootChanges(abc.ABC):
         """Stop the feed (no more callbacks)."""
 
 
+class CommitLeases(abc.ABC):
+    """Per (tenant, database): a FIFO of clients waiting for the commit lease; the head
+    holds it for at most ``timeout`` seconds.
+
+    ``owner`` identifies the connection that asked (its leases and places go with it,
+    ``forget``); a token identifies one grant, and is what a commit presents.
+    """
+
+    timeout: float
+
+    @abc.abstractmethod
+    async def acquire(
+        self, tenant: str, database: str, owner: Hashable, wait: float, alive: Callable[[], bool]
+    ) -> bytes | None:
+        """Queue for the lease and wait at most ``wait`` seconds for it; return its token,
+        or None when the wait ran out (the place in the queue is then given up).
+        ``alive`` tells whether the owner can still use a grant (a waiter whose
+        connection closed meanwhile is skipped)."""
+
+    @abc.abstractmethod
+    async def release(self, tenant: str, database: str, token: bytes) -> bool:
+        """Give the lease back (its commit succeeded, or the client gave up); return
+        whether ``token`` held it. The next waiter holds it at once."""
+
+    @abc.abstractmethod
+    async def held_by_other(self, tenant: str, database: str, token: bytes | None) -> bool:
+        """Whether someone other than ``token``'s holder holds the lease now: a commit
+        presenting ``token`` (None: none) must then wait for its turn."""
+
+    @abc.abstractmethod
+    async def forget(self, owner: Hashable) -> None:
+        """Release the leases of ``owner`` and give up its places (its connection closed)."""
+
+    @abc.abstractmethod
+    async def state(self, tenant: str, database: str) -> dict[str, int]:
+        """The lease of one database now: ``held`` (0 or 1) and ``waiting`` (clients
+        queued for it)."""
+
+    @abc.abstractmethod
+    def claims_of(self, owner: Hashable) -> int:
+        """How many leases ``owner`` holds or waits for (the server bounds it)."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, int]:
+        """Counters since start: ``granted``, ``released``, ``expired`` (timed out),
+        ``dropped`` (released because the holder's connection closed), ``held``, ``waiting``."""
+
+
 class Storage(abc.ABC):
     """Write-once blobs, one root per database, atomic commits, id blocks, garbage.
 
@@ -386,20 +431,16 @@ class Storage(abc.ABC):
     # -- root changes ------------------------------------------------------------------------
 
     def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
-        """A feed of the root changes committed through this storage (call it on the event
-        loop that will use it). The default hears the commits made through this storage
-        object only (``blob_server.storage.local_changes``): right for memory and SQLite,
-        whose other writers cannot be heard; Redis overrides it with pub/sub."""
-        from blob_server.storage.local_changes import hub_of
-
-        return hub_of(self).feed(on_change, on_lost)
+        """A feed of the root changes committed through this storage, for a blob server
+        (call it on the event loop that will use it): in-process for memory and SQLite
+        (``blob_server.storage.local_changes.InProcessServing``), pub/sub for Redis. An
+        embedded client never asks, so the interface has no default."""
+        raise NotImplementedError(f"{type(self).__name__} cannot serve a blob server")
 
     def commit_leases(self, timeout: float) -> CommitLeases:
-        """The commit leases of the servers on this storage (``blob_server.leases``): in
-        this process by default; shared by every process where the storage can (Redis)."""
-        from blob_server.leases import MemoryCommitLeases
-
-        return MemoryCommitLeases(timeout)
+        """The commit leases of the blob servers on this storage (``blob_server.leases``):
+        in this process for memory and SQLite, shared by every process for Redis."""
+        raise NotImplementedError(f"{type(self).__name__} cannot serve a blob server")
 
     def _announce(self, tenant: str, database: str, seq: int) -> None:
         """Tell this process's in-process feeds that a commit made the root ``seq`` (the

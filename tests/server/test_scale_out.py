@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import pytest
 from coincurve import PrivateKey
 
-from blob_server import protocol
 from blob_server.auth import Authenticator
 from blob_server.cli import main as cli_main
 from blob_server.storage import MemoryStorage
+from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.server.test_push import (
     count_root_reads,
