@@ -469,13 +469,14 @@ class _Scope:
 class _Tenant:
     """The key names of one tenant: its usage hash and the set of its scope tags."""
 
-    __slots__ = ("databases", "tag", "usage")
+    __slots__ = ("databases", "journal", "tag", "usage")
 
     def __init__(self, tag: str) -> None:
         self.tag = tag.encode("ascii")
         base = b"zdb:{" + self.tag + b"}:"
         self.usage = base + b"u"
         self.databases = base + b"d"
+        self.journal = base + b"j"  # the cluster's two-slot operations (storage.cluster)
 
 
 def _limit(value: int | None) -> bytes:
