@@ -128,6 +128,8 @@ GC_TENANTS_KEY = b"zdb:gct"
 #: How long an operation may stay open before garbage collection aborts it: far longer
 #: than any commit (its steps are bounded by socket timeouts and ``retry_seconds``).
 OP_TIMEOUT = 600.0
+#: How often the default ``min_replicas`` reads the topology again to see new replicas.
+TOPOLOGY_TTL = 10.0
 _GC_BATCH = 500
 _HEX = 2 * 16  # a blob id in hex
 
@@ -438,6 +440,10 @@ class ClusterStorage(RedisNames, Storage):
             "socket_connect_timeout": connect_timeout,
         }
         self._cluster: RedisCluster | None = None
+        self._refreshed = time.monotonic()
+        #: Replies that sent a command elsewhere or back (MOVED, ASK, TRYAGAIN,
+        #: CLUSTERDOWN): slot migrations and failovers seen, for operators and tests.
+        self.redirects = 0
         self._cluster_lock = threading.Lock()
         self._namespace_script = self._namespace_call
         self._namespace: bytes | None = None
@@ -475,14 +481,19 @@ class ClusterStorage(RedisNames, Storage):
 
     def _refresh(self) -> None:
         """Read the cluster's topology again (after MOVED, a failover, a lost node)."""
+        self._refreshed = time.monotonic()
         try:
             self._client().nodes_manager.initialize()
         except (RedisError, RedisClusterException) as exc:
             log.info("cluster topology refresh failed: %s", exc)
 
     def _replicas_needed(self, slot: int) -> int:
+        """``min_replicas``, or by default 1 if the slot's master has a replica in the
+        topology, read again every ``TOPOLOGY_TTL`` seconds so new replicas are seen."""
         if self._min_replicas is not None:
             return self._min_replicas
+        if time.monotonic() - self._refreshed > TOPOLOGY_TTL:
+            self._refresh()
         nodes = self._client().nodes_manager.slots_cache.get(slot) or []
         return 1 if len(nodes) > 1 else 0
 
@@ -534,13 +545,15 @@ class ClusterStorage(RedisNames, Storage):
                     elif isinstance(reply, MovedError):
                         todo[index] = None
                         failure = reply
-                    elif isinstance(reply, AskError):
-                        target = cluster.nodes_manager.get_node(reply.host, reply.port)
-                        todo[index] = target
-                        failure = reply if target is not None else failure
+                        self.redirects += 1
+                    elif isinstance(reply, AskError):  # migrating: this one command there
+                        todo[index] = cluster.nodes_manager.get_node(reply.host, reply.port)
+                        failure = reply if todo[index] is not None else MovedError(str(reply))
+                        self.redirects += 1
                     elif isinstance(reply, _NOT_EXECUTED):
                         todo[index] = None
                         failure = reply
+                        self.redirects += 1
                     else:
                         replies[index] = reply
                 if need and acked < need and any(i not in todo for i in indexes):
@@ -548,10 +561,10 @@ class ClusterStorage(RedisNames, Storage):
                         f"Redis Cluster at {self.url}: {acked} of {need} replicas of "
                         f"{node.name} confirmed a write within {self._replica_timeout_ms} ms"
                     )
-            if todo and failure is not None:
+            if todo:
                 if time.monotonic() > deadline:
-                    raise failure
-                if not isinstance(failure, AskError):
+                    raise failure or StorageUnavailableError("unreachable")  # pragma: no cover
+                if all(asked is None for asked in todo.values()):  # not only ASKs
                     time.sleep(0.05)
                     self._refresh()
         return replies

@@ -59,6 +59,7 @@ class ClusterNodeProcess:
             "cluster-enabled": "yes",
             "cluster-config-file": str(self.dir / "nodes.conf"),
             "cluster-node-timeout": "1000",
+            "cluster-replica-validity-factor": "0",  # a replica always may take over
             "save": "",
             "appendonly": "no",
             "dir": str(self.dir),
@@ -168,8 +169,9 @@ def start_cluster(
         if replicas:  # replicas attach after the slots are ok
             deadline = time.monotonic() + 30
             while len(cluster.masters()) != masters or not all(
-                node.client().info("replication").get("connected_slaves", 0) >= replicas
-                for node in cluster.masters()
+                len(entry) >= 3 + replicas  # CLUSTER SLOTS lists them: clients see them
+                for node in cluster.nodes
+                for entry in node.client().execute_command("CLUSTER", "SLOTS")
             ):
                 assert time.monotonic() < deadline, "replicas did not attach"
                 time.sleep(0.1)
