@@ -20,11 +20,12 @@ to replay, by its isolation level) exactly as after any lost race. It is a sched
 aid, not a lock the data depends on: a commit that ignores it (an older client, one
 whose lease expired) is still checked by the storage's compare-and-swap.
 
-The state sits behind ``CommitLeases`` so that it can move: ``MemoryCommitLeases`` keeps
-it in this server process, which is right for one server per storage. Several server
-processes on one storage (issue 14) need it in the storage (e.g. Redis keys with an
-expiry); each process would otherwise keep its own queue, and clients of different
-processes would race as before (never wrongly: only less fairly).
+The state sits behind ``CommitLeases`` and the storage chooses where it lives
+(``Storage.commit_leases``): ``MemoryCommitLeases`` keeps it in this server process,
+which is right for the in-process storages (memory; SQLite, served by one process);
+Redis keeps it in Redis keys with an expiry (``blob_server.storage.redis_leases``), so
+that the clients of every server process in front of it queue in one FIFO (with a queue
+per process, they would race as before: never wrongly, only less fairly).
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ TOKEN_BYTES = 16
 log = logging.getLogger("blob_server.leases")
 
 Key = tuple[str, str]  # (tenant, database)
+
+
+def check_lease_timeout(timeout: object) -> float:
+    """Return the lease timeout as a float; raise ``ValueError`` out of (0, 60] s."""
+    if type(timeout) not in (int, float) or not 0 < timeout <= MAX_LEASE_WAIT:  # type: ignore[operator]
+        raise ValueError(f"the commit lease timeout must be in (0, {MAX_LEASE_WAIT:.0f}] s")
+    return float(timeout)  # type: ignore[arg-type]
 
 
 class CommitLeases(abc.ABC):
@@ -122,9 +130,7 @@ class MemoryCommitLeases(CommitLeases):
     """The lease table of one server process, on its event loop (call it from there)."""
 
     def __init__(self, timeout: float = DEFAULT_LEASE_TIMEOUT) -> None:
-        if type(timeout) not in (int, float) or not 0 < timeout <= MAX_LEASE_WAIT:
-            raise ValueError(f"the commit lease timeout must be in (0, {MAX_LEASE_WAIT:.0f}] s")
-        self.timeout = float(timeout)
+        self.timeout = check_lease_timeout(timeout)
         self._queues: dict[Key, _Queue] = {}
         self._claims: dict[Hashable, set[_Claim]] = {}  # owner -> its claims
         self._counts = dict.fromkeys(("granted", "released", "expired", "dropped"), 0)

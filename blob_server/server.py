@@ -19,13 +19,17 @@ every subscriber. A push carries the seq only, not the sealed root: a subscriber
 cares reads the root once (it usually needs new nodes anyway, so it saves at most one of
 two round trips), while pushing roots would send every root (kilobytes to megabytes:
 refs, catalog, text statistics) to every subscriber on every commit whether it ever
-reads again or not. Pushes cover the commits made *through this server process* only:
-with several server processes on one store (or a store written by anything else), a
-subscriber would not hear of the others' commits, so such deployments must run with
-``push=False`` (``subscribe`` then answers ``{"subscribed": False}`` and clients read
-the root every time). A subscriber that stops reading (more than ``PUSH_BUFFER_LIMIT``
-unsent bytes) is disconnected rather than skipped: a silently missed push would make
-its client trust a stale root.
+reads again or not. Pushes cover the commits of *every* server process on the storage:
+each process follows the databases its clients subscribed to through the storage's
+feed (``Storage.root_changes``: Redis pub/sub, published by the commit script itself)
+and relays what it hears; a change heard twice (its own commit, then from the feed) is
+pushed once. When the feed may have missed commits and cannot catch up at once, every
+subscribed connection is closed (``_changes_lost``), so no client goes on trusting a
+stale root. With ``push=False``, ``subscribe`` answers ``{"subscribed": False}`` and
+clients read the root every time (only needed now for several processes on one SQLite
+file, whose commits cannot be heard across processes). A subscriber that stops reading
+(more than ``PUSH_BUFFER_LIMIT`` unsent bytes) is disconnected rather than skipped: a
+silently missed push would make its client trust a stale root.
 
 Limits: one request (a ``commit`` or a ``stage``) may carry at most
 ``max_commit_blobs`` new blobs and ``max_commit_bytes`` of blobs + root (``too_large``
@@ -96,7 +100,6 @@ from blob_server.leases import (
     MAX_LEASE_WAIT,
     TOKEN_BYTES,
     CommitLeases,
-    MemoryCommitLeases,
 )
 from blob_server.limits import (
     DEFAULT_LOGIN_DEADLINE,
@@ -116,6 +119,7 @@ from blob_server.storage.base import (
     NO_QUOTA,
     Durability,
     Quota,
+    RootChanges,
 )
 from blob_server.storage.validation import MAX_NAME_LENGTH, are_blob_ids, check_retention
 
@@ -293,7 +297,7 @@ class BlobServer:
         # Whose turn it is to commit, once commits collided (``blob_server.leases``);
         # None: commit leases are off (``commit_lease_timeout`` 0), clients race.
         if leases is None and commit_lease_timeout:
-            leases = MemoryCommitLeases(commit_lease_timeout)
+            leases = storage.commit_leases(commit_lease_timeout)
         self.leases = leases
         # What acknowledged commits survive (``blob_server.durability.admit``), told to
         # every client at login and in ``stats``; None: not known (in-process servers).
@@ -330,6 +334,11 @@ class BlobServer:
         self.pushes_sent = 0
         # (tenant, database) -> the sessions subscribed to its root, by connection id.
         self._subscribers: dict[tuple[str, str], dict[int, Session]] = {}
+        # (tenant, database) -> the highest seq pushed to its subscribers: a change heard
+        # twice (our own commit, then from the storage's feed) is pushed once.
+        self._pushed: dict[tuple[str, str], int] = {}
+        # The storage's feed of root changes by any process (made by ``start``).
+        self._changes: RootChanges | None = None
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._gc_task: asyncio.Task | None = None
@@ -361,6 +370,8 @@ class BlobServer:
         )
         if self.gc_interval > 0:
             self._gc_task = asyncio.create_task(self._collect_garbage())
+        if self.push:
+            self._changes = self.storage.root_changes(self._relay, self._changes_lost)
         bound = self._server.sockets[0].getsockname()
         log_event(
             logging.INFO,
@@ -377,6 +388,9 @@ class BlobServer:
             self._gc_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
+        if self._changes is not None:
+            with contextlib.suppress(Exception):
+                await self._changes.aclose()
         with contextlib.suppress(Exception):
             await self.storage.aclose()
         if self._server is not None:
@@ -899,7 +913,9 @@ class BlobServer:
         garbage = _blob_ids(args["garbage"], "garbage ids")
         database = _database(args)
         leases = self.leases if "lease" in args else None
-        if leases is not None and await leases.held_by_other(session.tenant, database, token):
+        if leases is not None and await self._storage_async(
+            leases.held_by_other(session.tenant, database, token)
+        ):
             root = await self._storage(self.storage.get_root, session.tenant, database)
             return {"ok": False, "wait": True, "seq": root.seq, "data": root.data}
         result = await self._storage_async(
@@ -926,9 +942,11 @@ class BlobServer:
             garbage=len(garbage),
         )
         if result.ok:
-            self._push_root(session, database, result.root.seq)
+            self._push((session.tenant, database), result.root.seq, session)
             if leases is not None and token is not None:
-                await leases.release(session.tenant, database, token)
+                # The commit is done: a lease that cannot be given back runs out instead.
+                with contextlib.suppress(StorageUnavailableError):
+                    await leases.release(session.tenant, database, token)
         return {"ok": result.ok, "seq": result.root.seq, "data": result.root.data}
 
     async def _op_acquire_lease(self, session: Session, args: dict) -> object:
@@ -950,8 +968,8 @@ class BlobServer:
                     protocol.TOO_LARGE,
                     f"at most {protocol.MAX_SUBSCRIPTIONS} commit leases per connection",
                 )
-            token = await self.leases.acquire(
-                session.tenant, database, session.conn_id, wait, session.alive
+            token = await self._storage_async(
+                self.leases.acquire(session.tenant, database, session.conn_id, wait, session.alive)
             )
         root = await self._storage(self.storage.get_root, session.tenant, database)
         log_event(
@@ -971,7 +989,9 @@ class BlobServer:
         token = _lease_token(args["token"])
         released = False
         if self.leases is not None and token is not None:
-            released = await self.leases.release(session.tenant, database, token)
+            released = await self._storage_async(
+                self.leases.release(session.tenant, database, token)
+            )
         return {"released": released}
 
     async def _op_allocate_ids(self, session: Session, args: dict) -> object:
@@ -1027,7 +1047,9 @@ class BlobServer:
         if self.durability is not None:
             answer["durability"] = self.durability.as_dict()
         if self.leases is not None:  # this database's commit lease: held, clients queued
-            answer["lease"] = await self.leases.state(session.tenant, _database(args))
+            answer["lease"] = await self._storage_async(
+                self.leases.state(session.tenant, _database(args))
+            )
         answer["fairness"] = self._fairness(session.tenant)
         return answer
 
@@ -1044,9 +1066,12 @@ class BlobServer:
     async def _op_subscribe(self, session: Session, args: dict) -> object:
         """Push this connection every later change of the database's root.
 
-        The subscription is registered before the answer, so a ``get_root`` sent after
-        it (or pipelined behind it) plus the pushes that follow cover every commit made
-        through this server. ``{"subscribed": False}`` when pushes are off.
+        The subscription is registered before the answer (here, and in the storage's
+        feed of every process's commits), so a ``get_root`` sent after it (or pipelined
+        behind it) plus the pushes that follow cover every commit, through whichever
+        server process. ``{"subscribed": False}`` when pushes are off, or when the feed
+        cannot promise that now (Redis' pub/sub unreachable): the client then reads the
+        root every time.
         """
         _args(args, {"database": str})
         database = _database(args)
@@ -1058,6 +1083,13 @@ class BlobServer:
                     protocol.TOO_LARGE,
                     f"at most {protocol.MAX_SUBSCRIPTIONS} subscriptions per connection",
                 )
+            assert session.tenant is not None  # subscribe needs a login
+            if self._changes is not None:
+                if not await self._changes.watch(session.tenant, database):
+                    return {"subscribed": False}
+                if session.conn_id not in self._sessions:  # it closed meanwhile
+                    self._changes.unwatch(session.tenant, database)
+                    return {"subscribed": False}
             session.subscriptions.add(database)
             key = (session.tenant, database)
             self._subscribers.setdefault(key, {})[session.conn_id] = session
@@ -1071,17 +1103,41 @@ class BlobServer:
                 subscribers.pop(session.conn_id, None)
                 if not subscribers:
                     del self._subscribers[key]
+                    self._pushed.pop(key, None)
+            if self._changes is not None and session.tenant is not None:
+                self._changes.unwatch(session.tenant, database)
         session.subscriptions.clear()
 
-    def _push_root(self, committer: Session, database: str, seq: int) -> None:
-        """Queue a push of ``seq`` to the other subscribers of the committer's tenant's
-        ``database`` (synchronously: it is queued before the committer is answered)."""
-        if committer.tenant is None:  # cannot happen: commit needs a login
+    def _relay(self, tenant: str, database: str, seq: int) -> None:
+        """Push a root change heard from the storage's feed (a commit through any
+        process, this one included) to this process's subscribers."""
+        self._push((tenant, database), seq, None)
+
+    def _changes_lost(self) -> None:
+        """The storage's feed may have missed commits and could not catch up: close every
+        subscribed connection, so that its client stops trusting its pushes (it reads
+        roots again, and subscribes again once the feed is back)."""
+        sessions = {s.conn_id: s for subs in self._subscribers.values() for s in subs.values()}
+        log_event(logging.WARNING, "root_changes_lost", subscribers=len(sessions))
+        for session in sessions.values():
+            self._unsubscribe_all(session)
+            if session.writer is not None and not session.writer.is_closing():
+                session.writer.write(
+                    protocol.error_frame(
+                        0, protocol.UNAVAILABLE, "root changes unavailable: read roots again"
+                    )
+                )
+                session.writer.close()
+
+    def _push(self, key: tuple[str, str], seq: int, committer: Session | None) -> None:
+        """Queue a push of ``seq`` to the subscribers of ``key`` (tenant, database) but
+        the committer, unless a seq as high was pushed already (synchronously: after a
+        commit, it is queued before the committer is answered)."""
+        subscribers = self._subscribers.get(key)
+        if not subscribers or seq <= self._pushed.get(key, -1):
             return
-        subscribers = self._subscribers.get((committer.tenant, database))
-        if not subscribers:
-            return
-        frame = protocol.push_frame(database, seq)
+        self._pushed[key] = seq
+        frame = protocol.push_frame(key[1], seq)
         for session in list(subscribers.values()):
             writer = session.writer
             if session is committer or writer is None or writer.is_closing():

@@ -14,7 +14,8 @@ look-alike).
 - Django 5.2 calls a ``ManyToManyField`` *concrete* (it has a ``column`` of its name,
   though no table holds it); Django 6.0 and 6.1 do not. :func:`has_column` answers the
   question the backend asks, the same on all three.
-- Django 6.1 added ``BitAnd``, ``BitOr``, ``BitXor``, ``JSONNull`` and the deprecation of
+- Django 6.1 added ``BitAnd``, ``BitOr``, ``BitXor``, ``JSONNull``, the ``UUID4`` and
+  ``UUID7`` functions (the ``supports_uuid*`` features follow them) and the deprecation of
   ``json_field=None`` meaning JSON's null (:data:`JSON_NONE_DEPRECATION`).
 """
 
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import aggregates, expressions
+from django.db.models import aggregates, expressions, functions
 from django.utils import deprecation
 
 __all__ = [
     "JSON_NONE_DEPRECATION",
+    "UUID4",
+    "UUID7",
     "AggregateFilter",
     "AggregateOrderBy",
     "BitAnd",
@@ -49,6 +52,8 @@ BitAnd: type | None = getattr(aggregates, "BitAnd", None)
 BitOr: type | None = getattr(aggregates, "BitOr", None)
 BitXor: type | None = getattr(aggregates, "BitXor", None)
 JSONNull: type | None = getattr(expressions, "JSONNull", None)
+UUID4: type | None = getattr(functions, "UUID4", None)
+UUID7: type | None = getattr(functions, "UUID7", None)
 # The warning Django 6.1 gives for ``json_field=None`` (still JSON's null), which came
 # with JSONNull; older versions give none (6.0 has the warning class, for other
 # deprecations), so neither does this backend there.

@@ -102,7 +102,6 @@ GROUPS: tuple[ExpectedFailures, ...] = (
                 "queries.test_db_returning.ReturningValuesTests.test_insert_returning_multiple",
                 "queries.tests.ExcludeTests.test_exclude_multivalued_exists",
                 "queries.tests.ExistsSql.test_sliced_distinct_exists",
-                "queries.tests.Queries1Tests.test_order_by_join_unref",
                 "queries.tests.Queries1Tests.test_subquery_condition",
                 "queries.tests.Queries6Tests.test_col_alias_quoted",
                 "queries.tests.Queries6Tests.test_nested_queries_sql",

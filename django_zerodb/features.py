@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db.backends.base.features import BaseDatabaseFeatures
 
+from django_zerodb import compat
 from django_zerodb.expected_failures import expected_failures
 
 
@@ -31,6 +32,10 @@ class DatabaseFeatures(BaseDatabaseFeatures):
     supports_update_conflicts_with_target = False
     # Values are stored as typed Python values (msgpack), not as SQL types.
     has_native_uuid_field = True
+    # UUID4()/UUID7(shift) are made in Python per row (functions.py), where Django has them.
+    supports_uuid4_function = compat.UUID4 is not None
+    supports_uuid7_function = compat.UUID7 is not None
+    supports_uuid7_function_shift = compat.UUID7 is not None
     has_native_duration_field = False
     supports_timezones = False
     has_zoneinfo_database = True

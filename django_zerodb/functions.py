@@ -14,13 +14,16 @@ import hashlib
 import json
 import math
 import random
+import secrets
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.db.models import functions as fn
 from django.db.models.expressions import Func
 
-from django_zerodb import jsonvalues
+from django_zerodb import compat, jsonvalues, temporal
 from django_zerodb.exceptions import DataError, NotSupportedError
 from django_zerodb.registry import VALUES
 from django_zerodb.values import Order, compare, computing, text
@@ -252,6 +255,41 @@ register(fn.ATan, strict(_real(math.atan)))
 register(fn.ATan2, strict(_real(math.atan2)))
 register(fn.Degrees, strict(_real(math.degrees)))
 register(fn.Radians, strict(_real(math.radians)))
+
+
+# -- identifiers --------------------------------------------------------------------------
+
+_MILLISECOND = 1_000_000  # nanoseconds
+
+
+def uuid7(shift: datetime.timedelta | None = None) -> uuid.UUID:
+    """A version 7 UUID (RFC 9562) as PostgreSQL 18's ``uuidv7()`` makes it: the Unix
+    time in milliseconds (moved by ``shift``), 12 bits of sub-millisecond time (so that
+    values made one after another sort in time, RFC 9562's method 3), 62 random bits."""
+    nanoseconds = time.time_ns()
+    if shift is not None:
+        if not isinstance(shift, datetime.timedelta):
+            raise DataError(f"the shift of UUID7 must be an interval, not {shift!r}")
+        nanoseconds += shift // datetime.timedelta(microseconds=1) * 1000
+    milliseconds, rest = divmod(nanoseconds, _MILLISECOND)
+    if not 0 <= milliseconds < 1 << 48:
+        raise DataError("UUID7's time, shifted, is outside the 48 bits of a version 7 UUID")
+    fraction = rest * 4096 // _MILLISECOND
+    value = milliseconds << 80 | 7 << 76 | fraction << 64 | 0b10 << 62 | secrets.randbits(62)
+    return uuid.UUID(int=value)
+
+
+def uuid7_of(ev: Any, expr: Any, row: dict) -> Any:
+    """``UUID7()`` or ``UUID7(shift)``: NULL for a NULL shift, as PostgreSQL's."""
+    sources = expr.get_source_expressions()
+    if not sources:
+        return uuid7()
+    shift = ev.value(sources[0], row)
+    return None if shift is None else uuid7(temporal.operand(sources[0], shift))
+
+
+register(compat.UUID4, lambda ev, e, row: uuid.uuid4())
+register(compat.UUID7, uuid7_of)
 
 
 # -- JSON ---------------------------------------------------------------------------------

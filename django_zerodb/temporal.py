@@ -188,7 +188,7 @@ def _internal_type(side: Any) -> str | None:
     return None if field is None else field.get_internal_type()
 
 
-def _operand(side: Any, value: Any) -> Any:
+def operand(side: Any, value: Any) -> Any:
     """A duration operand as a timedelta (DurationField values are microseconds); a date
     added to a duration is its midnight (the result is a datetime, as Django types it:
     DateField + DurationField is a DateTimeField)."""
@@ -205,7 +205,7 @@ def duration_expression(ev: Any, expr: Any, row: dict) -> Any:
     b = ev.value(expr.rhs, row)
     if a is None or b is None:
         return None
-    a, b = _operand(expr.lhs, a), _operand(expr.rhs, b)
+    a, b = operand(expr.lhs, a), operand(expr.rhs, b)
     op = expr.connector
     with computing(f"the duration arithmetic {op!r}"):
         if isinstance(a, datetime.time) or isinstance(b, datetime.time):

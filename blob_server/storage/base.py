@@ -24,6 +24,15 @@ other (only the stager knows the random ids). A pending blob that no commit clai
 within the staging timeout (its client died, or gave up) is deleted by
 ``collect_garbage``, and its usage given back; a commit that names a pending id as
 garbage releases it at once (it then waits out the garbage retention like any other).
+
+Root changes: every successful commit announces the database's new seq, and a server
+process follows the databases its clients subscribed to through ``root_changes`` (one
+``RootChanges`` per process, however many clients), so a commit through any process
+reaches the subscribers of every process. Redis announces inside the commit script
+(PUBLISH on an opaque channel, ``blob_server.storage.redis_changes``), so an
+acknowledged commit has always been announced, even if its server dies right after; the
+in-process backends (memory, SQLite) announce to the ``RootChanges`` of the same Python
+process only (``blob_server.storage.local_changes``), as pushes always did.
 """
 
 from __future__ import annotations
@@ -32,11 +41,21 @@ import abc
 import asyncio
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from blob_server.exceptions import InvalidRequestError, QuotaExceededError
 
+if TYPE_CHECKING:
+    from blob_server.leases import CommitLeases
+
 T = TypeVar("T")
+
+#: ``on_change(tenant, database, seq)``: a database's root reached ``seq`` (called on the
+#: event loop of the ``RootChanges``; seqs may repeat or arrive late, never wrong).
+ChangeCallback = Callable[[str, str, int], None]
+#: ``on_lost()``: changes may have been missed and the feed could not catch up at once;
+#: whoever relied on it must read roots again (called on the event loop).
+LostCallback = Callable[[], None]
 
 BLOB_ID_SIZE = 16
 DEFAULT_RETENTION_SECONDS = 600.0
@@ -178,6 +197,36 @@ class Durability:
         return {"mode": self.mode, "detail": self.detail}
 
 
+class RootChanges(abc.ABC):
+    """One server process's feed of the root changes of the databases it watches.
+
+    Made by ``Storage.root_changes`` on the process's event loop, and used from it.
+    Guarantee: once ``watch`` returned True, every later commit to that database (through
+    any process sharing the storage) is delivered to ``on_change``, or ``on_lost`` is
+    called; a feed that lost its connection and got it back at once delivers the current
+    seq of every watched database instead (what was missed is then caught up).
+    """
+
+    @abc.abstractmethod
+    async def watch(self, tenant: str, database: str) -> bool:
+        """Count one more watcher of the database; return True once every later commit
+        to it will be delivered, False if the feed cannot promise that now (the caller
+        must then not vouch for a root). Every call is matched by one ``unwatch``."""
+
+    @abc.abstractmethod
+    def unwatch(self, tenant: str, database: str) -> None:
+        """Count one watcher fewer; the last one stops the deliveries."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, int]:
+        """Counters: ``watched`` databases, ``delivered`` changes, ``lost`` (times the feed
+        lost its connection), ``caught_up`` (losses repaired by reading the seqs)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop the feed (no more callbacks)."""
+
+
 class Storage(abc.ABC):
     """Write-once blobs, one root per database, atomic commits, id blocks, garbage.
 
@@ -311,6 +360,31 @@ class Storage(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing to free
         """Release resources (files, connections)."""
+
+    # -- root changes ------------------------------------------------------------------------
+
+    def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
+        """A feed of the root changes committed through this storage (call it on the event
+        loop that will use it). The default hears the commits made through this storage
+        object only (``blob_server.storage.local_changes``): right for memory and SQLite,
+        whose other writers cannot be heard; Redis overrides it with pub/sub."""
+        from blob_server.storage.local_changes import hub_of
+
+        return hub_of(self).feed(on_change, on_lost)
+
+    def commit_leases(self, timeout: float) -> CommitLeases:
+        """The commit leases of the servers on this storage (``blob_server.leases``): in
+        this process by default; shared by every process where the storage can (Redis)."""
+        from blob_server.leases import MemoryCommitLeases
+
+        return MemoryCommitLeases(timeout)
+
+    def _announce(self, tenant: str, database: str, seq: int) -> None:
+        """Tell this process's in-process feeds that a commit made the root ``seq`` (the
+        in-process backends call it after each successful commit, from any thread)."""
+        hub = self.__dict__.get("_root_hub")
+        if hub is not None:
+            hub.announce(tenant, database, seq)
 
     # -- the server's asynchronous path ------------------------------------------------------
     # Reads and commits are most of a server's requests. A backend with an asyncio client

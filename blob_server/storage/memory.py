@@ -131,6 +131,7 @@ class MemoryStorage(Storage):
                 db.pending.pop(blob_id, None)  # a pending blob named garbage is released
                 db.garbage.setdefault(blob_id, now)
             db.root = RootRecord(seq + 1, root_data)
+            self._announce(tenant, database, db.root.seq)
             return CommitResult(True, db.root)
 
     def stage(

@@ -30,10 +30,12 @@ Someone who reads values or watches MONITOR learns which scopes belong to one te
 Commits are one Lua script (atomic, EVALSHA): check ``seq``, check that no new blob id
 exists, check that every staged id is pending, check the tenant's quota against its
 usage, count blobs and bytes, SET every blob, swap the root, ZREM the staged ids from the
-pending set, ZADD the garbage. A stage is one script too (no id exists, quota, count,
-SET, ZADD pending). Keyring writes and garbage collection (which also deletes pending
-blobs past the staging timeout) update the usage in their scripts too, so usage is
-never out of step with what is stored. Time
+pending set, ZADD the garbage, PUBLISH the new seq on the channel named like the root key
+(``zdb:{S}:root``: opaque, and in the scope's cluster slot, as sharded pub/sub wants);
+server processes follow it through ``blob_server.storage.redis_changes``. A stage is one
+script too (no id exists, quota, count, SET, ZADD pending). Keyring writes and garbage
+collection (which also deletes pending blobs past the staging timeout) update the usage
+in their scripts too, so usage is never out of step with what is stored. Time
 comes from the storage's ``clock`` as an argument, and seqs travel as decimal strings
 (Lua numbers are doubles and would round seqs above 2**53; quotas and usage stay below
 2**53, see ``MAX_QUOTA``).
@@ -56,7 +58,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -85,15 +87,21 @@ from blob_server.storage.base import (
     NO_QUOTA,
     OS_FLUSH,
     VOLATILE,
+    ChangeCallback,
     CommitResult,
     DatabaseUsage,
     Durability,
+    LostCallback,
     Quota,
+    RootChanges,
     RootRecord,
     Storage,
     TenantUsage,
 )
 from blob_server.storage.resp import MGET_CHUNK, RespBlobReader
+
+if TYPE_CHECKING:
+    from blob_server.leases import CommitLeases
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +216,7 @@ for j = garbage, #ARGV do
   end
   redis.call('ZADD', KEYS[3], 'NX', ARGV[4], ARGV[j])
 end
+redis.call('PUBLISH', KEYS[1], ARGV[2])  -- the root change, to every server process
 return {1}
 """
 )
@@ -1094,6 +1103,58 @@ class RedisStorage(RedisNames, Storage):
     def tenant_names(self) -> list[str]:
         """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
         return []
+
+    # -- root changes (blob_server.storage.redis_changes) -----------------------------------
+
+    def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
+        """Follow the commits of every process through Redis pub/sub (one subscriber
+        connection for the calling server process)."""
+        from blob_server.storage.redis_changes import RedisRootChanges
+
+        return RedisRootChanges(self, on_change, on_lost)
+
+    async def root_channel(self, tenant: str, database: str) -> bytes:
+        """The channel the commit script publishes the database's new seqs on."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root
+
+    def commit_leases(self, timeout: float) -> CommitLeases:
+        """Commit leases in Redis, shared by every server process on it."""
+        from blob_server.storage.redis_leases import RedisCommitLeases
+
+        return RedisCommitLeases(self, timeout)
+
+    async def scope_prefix(self, tenant: str, database: str) -> bytes:
+        """``zdb:{S}:``, the prefix of the database's key names (its cluster slot)."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root[: -len(b"root")]
+
+    def async_client(self) -> redis.asyncio.Redis:
+        """The asyncio client of the running event loop (never retrying a command)."""
+        return self._async_client()
+
+    def pubsub_connection(self) -> redis.asyncio.connection.AbstractConnection:
+        """A new, unconnected asyncio connection to this Redis (URL, TLS, password and
+        timeouts as the storage's), for a subscriber; reads on it block until a message
+        (the caller checks the connection's health itself)."""
+        pool = redis.asyncio.ConnectionPool.from_url(
+            self._url,
+            socket_timeout=None,
+            socket_connect_timeout=self._timeouts[1],
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        return pool.make_connection()
+
+    def root_seqs(self, channels: Sequence[bytes]) -> list[int]:
+        """The current seq of each database named by its ``root_channel`` (one round trip;
+        0 for a database never committed to)."""
+        with self._errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for channel in channels:
+                pipe.hget(channel, "seq")
+            return [int(seq or 0) for seq in pipe.execute()]
 
     def close(self) -> None:
         """Close the pool's connections; later calls raise."""

@@ -402,6 +402,7 @@ class SQLiteStorage(Storage):
                     [(scope, blob_id, now) for blob_id in dead],
                 )
         self._remember_scope(tenant, database, scope)
+        self._announce(tenant, database, seq + 1)
         return CommitResult(True, RootRecord(seq + 1, root_data))
 
     def stage(

@@ -11,6 +11,7 @@ Expectations are computed in Python from the objects the ``hr`` fixture created.
 
 from __future__ import annotations
 
+import datetime
 import math
 
 import pytest
@@ -29,7 +30,7 @@ from django.db.models.functions import Collate, Now, Upper
 from django.db.models.lookups import Exact
 from django.test.utils import register_lookup
 
-from django_zerodb import expressions
+from django_zerodb import compat, expressions
 from tests.django.conftest import BOTH_STORES, db
 from tests.django.testapp.models import Employee
 
@@ -239,3 +240,21 @@ def test_refused_when_built_even_if_no_row_reaches_it(hr):
 def test_an_aggregate_with_its_own_sql_is_refused(hr):
     with pytest.raises(NotSupportedError, match="Sum"):
         Employee.objects.aggregate(s=Sum("salary", function="MAX"))
+
+
+@pytest.mark.skipif(compat.UUID4 is None, reason="UUID4/UUID7 came with Django 6.1")
+def test_uuid4_and_uuid7_are_made_per_row(hr):
+    """UUID4()/UUID7() as SQL makes them: a new value for every row, of its version; a
+    UUID7's first 48 bits are the (shifted) time in milliseconds."""
+    from django.db.models.functions import UUID4, UUID7
+
+    rows = list(Employee.objects.annotate(u4=UUID4(), u7=UUID7()).values_list("u4", "u7"))
+    assert len(rows) == len(hr.employees) > 1
+    assert {u4.version for u4, _ in rows} == {4} and {u7.version for _, u7 in rows} == {7}
+    assert len({u4 for u4, _ in rows}) == len({u7 for _, u7 in rows}) == len(rows)
+    shift = datetime.timedelta(days=400)
+    before = datetime.datetime.now(datetime.UTC) + shift
+    (moved,) = Employee.objects.annotate(u=UUID7(shift)).values_list("u", flat=True)[:1]
+    after = datetime.datetime.now(datetime.UTC) + shift
+    stamp = datetime.datetime.fromtimestamp(int.from_bytes(moved.bytes[:6]) / 1000, tz=datetime.UTC)
+    assert before - datetime.timedelta(milliseconds=1) <= stamp <= after
