@@ -74,6 +74,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
@@ -102,10 +104,13 @@ from blob_server.storage.base import (
     DURABILITY_MODES,
     EMPTY_ROOT,
     NO_QUOTA,
+    ChangeCallback,
     CommitResult,
     DatabaseUsage,
     Durability,
+    LostCallback,
     Quota,
+    RootChanges,
     RootRecord,
     Storage,
     TenantUsage,
@@ -174,6 +179,7 @@ for j = garbage, #ARGV do
   redis.call('ZREM', KEYS[3], ARGV[j])
   redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[j])
 end
+redis.call('SPUBLISH', KEYS[1], ARGV[3])  -- the root change (storage.cluster_changes)
 return {1}
 """
 
@@ -1125,6 +1131,50 @@ class ClusterStorage(RedisNames, Storage):
     def tenant_names(self) -> list[str]:
         """Return no names: Redis keeps only keyed hashes of them."""
         return []
+
+    # -- root changes (blob_server.storage.cluster_changes) ----------------------------------
+
+    def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
+        """Follow every process's commits through sharded pub/sub (one subscriber
+        connection per master this process watches databases on)."""
+        from blob_server.storage.cluster_changes import ClusterRootChanges
+
+        return ClusterRootChanges(self, on_change, on_lost)
+
+    async def root_channel(self, tenant: str, database: str) -> bytes:
+        """The shard channel the swap script publishes the database's new seqs on."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root
+
+    def master_of(self, channel: bytes) -> ClusterNode:
+        """The master that owns ``channel``'s slot now (topology read again when older
+        than ``TOPOLOGY_TTL``)."""
+        with self._errors():
+            cluster = self._client()
+            if time.monotonic() - self._refreshed > TOPOLOGY_TTL:
+                self._refresh()
+            return cluster.nodes_manager.get_node_from_slot(cluster.keyslot(channel))
+
+    def pubsub_connection(self, node: ClusterNode) -> Any:
+        """A new, unconnected asyncio connection to ``node`` for a subscriber (reads on
+        it block until a message; the feed checks its health itself)."""
+        pool = redis.asyncio.ConnectionPool(
+            host=node.host,
+            port=node.port,
+            password=self._options["password"],
+            socket_timeout=None,
+            socket_connect_timeout=self._options["socket_connect_timeout"],
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+        return pool.make_connection()
+
+    def root_seqs(self, channels: Sequence[bytes]) -> list[int]:
+        """The current seq of each database named by its ``root_channel``."""
+        with self._errors():
+            return [
+                int(seq or 0) for seq in self._read([(c, ("HGET", c, "seq")) for c in channels])
+            ]
 
     def close(self) -> None:
         self._closed = True

@@ -26,8 +26,11 @@ from blob_server.exceptions import StorageUnavailableError
 from blob_server.storage import Quota, RootRecord
 from blob_server.storage.base import EVERYSEC, VOLATILE
 from blob_server.storage.cluster import OP_TIMEOUT, ClusterStorage
+from tests.server import test_scale_out as scale_out
 from tests.server.cluster import LocalCluster, start_cluster
 from tests.server.test_concurrency import make_deployment, run_writers
+from tests.server.test_push import register
+from tests.server.test_server_e2e import ServerProcess
 
 T = "tenant"
 
@@ -120,6 +123,45 @@ def test_serve_on_a_cluster_with_four_client_processes(tmp_path, redis_cluster):
     redis_cluster.flush()
     deployment = make_deployment(tmp_path)
     run_writers(deployment, redis_cluster.spec, "--allow-volatile-redis", cluster=True)
+
+
+class ClusterServerProcess(ServerProcess):
+    """``zerodb-server serve --redis-cluster NODES`` on the tests' cluster (no AOF)."""
+
+    def __init__(self, spec: str, tenants, log) -> None:
+        super().__init__(spec, tenants, log)
+        self.args[self.args.index("--storage")] = "--redis-cluster"
+        self.args.append("--allow-volatile-redis")
+
+
+@pytest.fixture
+def cluster_fleet(redis_cluster, tmp_path):
+    """Three server processes on the session's cluster, and key files for two tenants."""
+    redis_cluster.flush()
+    tenants, keys = register(tmp_path)
+    servers = [
+        ClusterServerProcess(redis_cluster.spec, tenants, tmp_path / f"server{i}.log")
+        for i in range(3)
+    ]
+    for server in servers:
+        server.start()
+    yield servers, keys
+    for server in servers:
+        server.stop()
+    for server in servers:
+        log = server.log.read_text(errors="replace")
+        assert "Traceback" not in log, log
+
+
+def test_a_commit_through_one_process_is_pushed_to_the_others_on_a_cluster(cluster_fleet):
+    """Sharded pub/sub: as ``test_scale_out`` on one Redis (0 round trips when warm)."""
+    scale_out.test_a_commit_through_one_process_is_pushed_to_the_clients_of_the_others(
+        cluster_fleet
+    )
+
+
+def test_pushes_stay_within_the_tenant_and_database_on_a_cluster(cluster_fleet):
+    scale_out.test_pushes_across_processes_stay_within_the_tenant_and_database(cluster_fleet)
 
 
 def test_replica_options_need_a_cluster(tmp_path):
