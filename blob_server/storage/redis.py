@@ -22,8 +22,12 @@ key lives in Redis so tags stay stable across restarts and across blob-server pr
 names, it is not a secret against the Redis operator.) ``T`` is the tenant tag, made the
 same way from the tenant name alone (another BLAKE2b personalisation). ``{S}`` is a Redis
 Cluster hash tag, so one database's keys share a slot; the tenant keys have their own
-slot, so a commit (which counts usage) spans two slots: Redis Cluster would need the
-tenant tag as the hash tag of every key (this backend speaks to one Redis, not a cluster).
+slot, so a commit here (which counts usage) spans two slots, which one Redis allows and
+a cluster refuses. ``blob_server.storage.cluster`` (``--redis-cluster``) shares this
+module's naming (``RedisNames``) and splits the commit instead: blobs without a hash tag
+(``zdb:b:S:<id>``, spread over every slot), the root swap one script on ``{S}``, usage
+on ``{T}`` through journalled operations (``zdb:{S}:o``, ``zdb:{T}:j``). This backend
+keeps its one-script commit: one round trip where the cluster needs about nine.
 Someone who reads values or watches MONITOR learns which scopes belong to one tenant
 (``t``, ``zdb:{T}:d``, the keys of one script call), not the names.
 
