@@ -1128,10 +1128,6 @@ class ClusterStorage(RedisNames, Storage):
                     )
         return TenantUsage(int(blobs or 0), int(size or 0), len(tags), tuple(per_database))
 
-    def tenant_names(self) -> list[str]:
-        """Return no names: Redis keeps only keyed hashes of them."""
-        return []
-
     # -- root changes (blob_server.storage.cluster_changes) ----------------------------------
 
     def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
@@ -1140,12 +1136,6 @@ class ClusterStorage(RedisNames, Storage):
         from blob_server.storage.cluster_changes import ClusterRootChanges
 
         return ClusterRootChanges(self, on_change, on_lost)
-
-    async def root_channel(self, tenant: str, database: str) -> bytes:
-        """The shard channel the swap script publishes the database's new seqs on."""
-        await self._read_namespace_key()
-        with self._errors():
-            return self._scope(tenant, database).root
 
     def master_of(self, channel: bytes) -> ClusterNode:
         """The master that owns ``channel``'s slot now (topology read again when older

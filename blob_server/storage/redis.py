@@ -636,6 +636,17 @@ class RedisNames:
             with self._errors():
                 await asyncio.to_thread(self._namespace_key)
 
+    async def root_channel(self, tenant: str, database: str) -> bytes:
+        """The channel the commit script publishes the database's new seqs on (on a
+        cluster, a shard channel: the root key's slot)."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root
+
+    def tenant_names(self) -> list[str]:
+        """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
+        return []
+
 
 class RedisStorage(RedisNames, Storage):
     """Store blobs, roots, keyrings, counters and garbage in Redis.
@@ -1104,10 +1115,6 @@ class RedisStorage(RedisNames, Storage):
                     )
         return TenantUsage(int(blobs or 0), int(size or 0), len(tags), tuple(per_database))
 
-    def tenant_names(self) -> list[str]:
-        """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
-        return []
-
     # -- root changes (blob_server.storage.redis_changes) -----------------------------------
 
     def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
@@ -1116,12 +1123,6 @@ class RedisStorage(RedisNames, Storage):
         from blob_server.storage.redis_changes import RedisRootChanges
 
         return RedisRootChanges(self, on_change, on_lost)
-
-    async def root_channel(self, tenant: str, database: str) -> bytes:
-        """The channel the commit script publishes the database's new seqs on."""
-        await self._read_namespace_key()
-        with self._errors():
-            return self._scope(tenant, database).root
 
     def commit_leases(self, timeout: float) -> CommitLeases:
         """Commit leases in Redis, shared by every server process on it."""

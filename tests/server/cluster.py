@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.server.conftest import INSTALL_HINT, stop_redis_server
+from tests.server.conftest import INSTALL_HINT, PrivateRedis, stop_redis_server
 
 
 def free_cluster_port() -> int:
@@ -39,54 +39,26 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
-@dataclass
-class ClusterNodeProcess:
-    port: int
-    dir: Path
-    options: dict[str, str]
-    process: subprocess.Popen | None = None
+class ClusterNodeProcess(PrivateRedis):
+    """One node: ``PrivateRedis`` with cluster mode on, a port whose bus port is free,
+    a short node timeout (failovers in about 2 s) and no append-only file."""
+
+    def __init__(self, directory: Path, **options: str) -> None:
+        super().__init__(
+            directory,
+            **{
+                "cluster-enabled": "yes",
+                "cluster-config-file": str(directory / "nodes.conf"),
+                "cluster-node-timeout": "1000",
+                "cluster-replica-validity-factor": "0",  # a replica always may take over
+                "appendonly": "no",
+                **options,
+            },
+        )
+        self.port = free_cluster_port()
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=5)
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail(INSTALL_HINT, pytrace=False)
-        options = {
-            "port": str(self.port),
-            "bind": "127.0.0.1",
-            "cluster-enabled": "yes",
-            "cluster-config-file": str(self.dir / "nodes.conf"),
-            "cluster-node-timeout": "1000",
-            "cluster-replica-validity-factor": "0",  # a replica always may take over
-            "save": "",
-            "appendonly": "no",
-            "dir": str(self.dir),
-            "loglevel": "warning",
-            "logfile": str(self.dir / "redis.log"),
-            **self.options,
-        }
-        argv = [binary, *(a for name, value in options.items() for a in (f"--{name}", value))]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = self.client()
-        deadline = time.monotonic() + 20
-        try:
-            while time.monotonic() < deadline and self.process.poll() is None:
-                with contextlib.suppress(redis.ConnectionError, redis.BusyLoadingError):
-                    if client.ping():
-                        return
-                time.sleep(0.02)
-        finally:
-            client.close()
-        log = (self.dir / "redis.log").read_text(errors="replace")
-        pytest.fail(f"cluster node on port {self.port} did not start: {log}", pytrace=False)
-
-    def kill(self) -> None:
-        """SIGKILL: the node is gone at once, as in a crash."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
     def stop(self) -> None:
         if self.process is not None:
@@ -154,10 +126,7 @@ def start_cluster(
     cluster = LocalCluster()
     try:
         for _ in range(masters * (1 + replicas)):
-            port = free_cluster_port()
-            node_dir = directory / f"node-{port}"
-            node_dir.mkdir(parents=True)
-            node = ClusterNodeProcess(port, node_dir, dict(options))
+            node = ClusterNodeProcess(directory / f"node-{len(cluster.nodes)}", **options)
             node.start()
             cluster.nodes.append(node)
         argv = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in cluster.nodes)]
