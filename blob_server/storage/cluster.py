@@ -450,6 +450,8 @@ class ClusterStorage(RedisNames, Storage):
         #: Replies that sent a command elsewhere or back (MOVED, ASK, TRYAGAIN,
         #: CLUSTERDOWN): slot migrations and failovers seen, for operators and tests.
         self.redirects = 0
+        #: Steps re-sent after a lost connection or answer (idempotent ones only).
+        self.resent = 0
         self._cluster_lock = threading.Lock()
         self._namespace_script = self._namespace_call
         self._namespace: bytes | None = None
@@ -591,6 +593,7 @@ class ClusterStorage(RedisNames, Storage):
                 if time.monotonic() > deadline:
                     raise
                 log.info("Redis Cluster at %s: %s; retrying", self.url, exc)
+                self.resent += 1
                 time.sleep(0.1)
                 self._refresh()
 
