@@ -148,3 +148,29 @@ def start_cluster(
         cluster.stop()
         raise
     return cluster
+
+
+def move_slot(cluster: LocalCluster, slot: int, target: ClusterNodeProcess) -> None:
+    """Migrate one slot and its keys to ``target``, as ``redis-cli --cluster reshard``
+    does it: IMPORTING/MIGRATING, MIGRATE the keys, then SETSLOT NODE everywhere."""
+    masters = cluster.masters()
+    ids = {n.port: _text(n.client().cluster("myid")) for n in masters}
+    source = next(
+        n
+        for n in masters
+        for first, last, owner, *_ in n.client().execute_command("CLUSTER", "SLOTS")
+        if first <= slot <= last and owner[1] == n.port
+    )
+    assert source is not target, "the slot is already there"
+    target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+    source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+    while keys := source.client().execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+        source.client().execute_command(
+            "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys
+        )
+    for node in (target, source, *masters):
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -27,10 +27,11 @@ from blob_server.exceptions import StorageUnavailableError
 from blob_server.storage import Quota, RootRecord
 from blob_server.storage.base import DURABLE, EVERYSEC, VOLATILE
 from blob_server.storage.cluster import OP_TIMEOUT, ClusterStorage
+from tests.core.hr import Employee
 from tests.server import test_scale_out as scale_out
-from tests.server.cluster import LocalCluster, start_cluster
+from tests.server.cluster import LocalCluster, move_slot, start_cluster
 from tests.server.test_concurrency import make_deployment, run_writers
-from tests.server.test_push import register
+from tests.server.test_push import eq_query, open_db, register, seed
 from tests.server.test_server_e2e import ServerProcess
 
 T = "tenant"
@@ -160,6 +161,34 @@ def test_a_commit_through_one_process_is_pushed_to_the_others_on_a_cluster(clust
 
 def test_pushes_stay_within_the_tenant_and_database_on_a_cluster(cluster_fleet):
     scale_out.test_pushes_across_processes_stay_within_the_tenant_and_database(cluster_fleet)
+
+
+def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet, redis_cluster):
+    """The database's slot moves to another master: commits are published there now,
+    where no feed listened. The reader's server hears Redis unsubscribe the channel and
+    disconnects its subscribers, so the reader reads the root again instead of answering
+    from a root it would wrongly think current (which it would do for ever)."""
+    (a, b, _), keys = cluster_fleet
+    with (
+        open_db(a, keys["acme"], "moving") as writer,
+        open_db(b, keys["acme"], "moving") as reader,
+    ):
+        seed(writer)
+        expected = eq_query(writer)
+        assert eq_query(reader) == expected  # subscribed through b
+        probe = ClusterStorage(redis_cluster.spec)
+        slot = probe._client().keyslot(probe._scope("acme", "moving").root)
+        owner = probe._client().nodes_manager.get_node_from_slot(slot).port
+        move_slot(redis_cluster, slot, next(n for n in redis_cluster.masters() if n.port != owner))
+        probe.close()
+        new = Employee(name="Ann", surname="Moved", salary=1, description="after the move")
+        writer.add(new)
+        expected = sorted([*expected, new.pk])
+        deadline = time.monotonic() + 10
+        while eq_query(reader) != expected:
+            assert time.monotonic() < deadline, "the reader kept a stale root"
+            time.sleep(0.05)
+        assert b"root_changes_moved" in b.log.read_bytes()
 
 
 def test_replica_options_need_a_cluster(tmp_path):
