@@ -571,7 +571,9 @@ class ClusterStorage(RedisNames, Storage):
                     )
             if todo:
                 if time.monotonic() > deadline:
-                    raise failure or StorageUnavailableError("unreachable")  # pragma: no cover
+                    raise failure or StorageUnavailableError(
+                        f"Redis Cluster at {self.url}: scripts kept being lost (NOSCRIPT)"
+                    )
                 if all(asked is None for asked in todo.values()):  # not only ASKs
                     time.sleep(0.05)
                     self._refresh()

@@ -70,7 +70,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
@@ -572,7 +572,7 @@ class RedisNames:
             raise StorageUnavailableError(f"storage {self.url} is closed")
         try:
             yield
-        except RedisError as exc:
+        except (RedisError, RedisClusterException) as exc:  # the latter: no cluster node
             raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
 
     def _namespace_key(self) -> bytes:
