@@ -63,6 +63,8 @@ bench: $(STAMP)
 	$(PY) -m bench.proxy_floor
 	$(PY) -m bench.django_side_by_side
 	$(PY) -m bench.indexes
+	$(PY) -m bench.scale_out
+	$(PY) -m bench.capacity
 
 # Django's own test suite as an outside judge (docs/conformance.md). The SQLite baseline
 # runs only when its results are missing or with CONFORMANCE_BASELINE=1.

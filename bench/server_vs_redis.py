@@ -364,6 +364,27 @@ def worker(args: argparse.Namespace) -> None:
     )
 
 
+def release_together(
+    procs: list[subprocess.Popen], pids: dict[str, int], seconds: float, kind: str
+) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """Wait for every worker's ``ready``, note the CPU time of ``pids``, start the workers
+    together (``go``) and return their JSON summaries and the CPU times noted before."""
+    for proc in procs:
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"a {kind} worker failed to start")
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    results = []
+    for proc in procs:
+        ready, _, _ = select.select([proc.stdout], [], [], seconds + 60)
+        if not ready:
+            raise SystemExit(f"a {kind} worker hung")
+        results.append(json.loads(proc.stdout.readline()))
+    return results, before
+
+
 def run_clients(
     kind: str,
     databases: list[str],
@@ -390,22 +411,10 @@ def run_clients(
             )
         )
     try:
-        for proc in procs:
-            if proc.stdout.readline().strip() != "ready":
-                raise SystemExit(f"a {kind} worker failed to start")
         watched = {"redis": pids["redis"]} | (
             {"server": pids["server"]} if kind == "server" else {}
         )
-        before = {name: cpu_seconds(pid) for name, pid in watched.items()}
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        results = []
-        for proc in procs:
-            ready, _, _ = select.select([proc.stdout], [], [], args.seconds + 60)
-            if not ready:
-                raise SystemExit(f"a {kind} worker hung")
-            results.append(json.loads(proc.stdout.readline()))
+        results, before = release_together(procs, watched, args.seconds, kind)
         commits = sum(r["commits"] for r in results)
         cpu = cpu_ms_per(watched, before, max(commits, 1))
     finally:

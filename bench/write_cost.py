@@ -353,10 +353,11 @@ def cold_round_trips(store: str, pks: list[int], runs: int, seed: int) -> dict[s
 
 
 @contextmanager
-def blob_server(directory: Path) -> Iterator[tuple[tuple[str, int], KeyFile, Callable]]:
+def blob_server(directory: Path) -> Iterator[tuple[tuple[str, int], KeyFile, Callable, str]]:
     """A private redis-server and ``zerodb-server serve`` with its default settings (as
     ``bench.server_vs_redis`` starts them), a tenant and a login key; yields the address,
-    the key file and a function returning the tenant's ``zerodb-server stats``."""
+    the key file, a function returning the tenant's ``zerodb-server stats`` and the
+    Redis URL."""
     redis_proc, redis_port = start_redis(directory)
     server = None
     try:
@@ -372,7 +373,7 @@ def blob_server(directory: Path) -> Iterator[tuple[tuple[str, int], KeyFile, Cal
             report = json.loads(cli("stats", "--redis", url, "--tenants", str(tenants), "--json"))
             return next(t for t in report["tenants"] if t["tenant"] == TENANT)
 
-        yield ("127.0.0.1", port), key, usage
+        yield ("127.0.0.1", port), key, usage, url
         text = log.read_text(errors="replace")
         if "Traceback" in text:
             raise SystemExit(f"the blob server logged a failure:\n{text[-4000:]}")
@@ -930,7 +931,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         emb["fulltext"] = fulltext(store, args.ft_runs)
         emb["cold"] = cold_round_trips(store, [pk for pk, _ in stored], args.cold_runs, args.seed)
         if not args.no_server:
-            with blob_server(tmp_path) as (address, key, usage):
+            with blob_server(tmp_path) as (address, key, usage, _):
                 with DB(address, password=PASSWORD, kdf="fast", key_file=key) as remote:
                     server_load = load(remote, rows, desc="server load", **settings)
                 server_load.pop("stored")

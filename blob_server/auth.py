@@ -32,14 +32,16 @@ from dataclasses import dataclass
 from coincurve import PublicKey
 
 from blob_server import protocol
+from blob_server.limits import DEFAULT_MAX_LOGIN_FAILURES
 from blob_server.tenants import PUBLIC_KEY_BYTES, TenantRegistry
 
 NONCE_TTL = 30.0
 CLOCK_SKEW = 60.0
 MAX_SIGNATURE_BYTES = 72  # DER-encoded secp256k1 ECDSA
 #: Failed logins as one tenant from one address within ``FAILURE_WINDOW`` seconds, after
-#: which that (address, tenant) is refused until they age out ...
-MAX_FAILURES = 10
+#: which that (address, tenant) is refused until they age out (``serve
+#: --tenant-max-login-failures``, a tenant's ``max_login_failures``) ...
+MAX_FAILURES = DEFAULT_MAX_LOGIN_FAILURES
 #: ... and failed logins from one address for any tenant names: only a client trying
 #: many names gets there (each name stops counting at ``MAX_FAILURES``).
 MAX_ADDRESS_FAILURES = 100
@@ -82,9 +84,14 @@ class LoginFailures:
         self._pairs: dict[tuple[str, str], deque[float]] = {}
         self._addresses: dict[str, deque[float]] = {}
 
-    def limited(self, address: str, tenant: str, now: float) -> str | None:
-        """Why a login as ``tenant`` from ``address`` is refused now, or None."""
-        if len(self._recent(self._pairs, (address, tenant), now)) >= self.max_failures:
+    def limited(
+        self, address: str, tenant: str, now: float, max_failures: int | None = -1
+    ) -> str | None:
+        """Why a login as ``tenant`` from ``address`` is refused now, or None.
+        ``max_failures``: the tenant's own limit (None: none; -1: ``self.max_failures``)."""
+        limit = self.max_failures if max_failures == -1 else max_failures
+        recent = self._recent(self._pairs, (address, tenant), now)
+        if limit is not None and len(recent) >= limit:
             return "too many failed logins as this tenant from this address"
         if len(self._recent(self._addresses, address, now)) >= self.max_address_failures:
             return "too many failed logins from this address (for many tenant names)"
@@ -152,15 +159,24 @@ class Authenticator:
 
     # -- login -------------------------------------------------------------------------------
 
-    def login(self, address: str, challenge: Challenge | None, args: dict) -> tuple[str, bytes]:
+    def login(
+        self,
+        address: str,
+        challenge: Challenge | None,
+        args: dict,
+        max_failures: Callable[[str], int | None] | None = None,
+    ) -> tuple[str, bytes]:
         """Check a login; return ``(tenant, public_key)`` or raise ``LoginRefusedError``.
 
-        The caller must drop ``challenge`` before calling (single use).
+        The caller must drop ``challenge`` before calling (single use). ``max_failures``
+        gives the claimed tenant's own limit of failed logins per address (the server
+        reads it from the tenant's limits); without it, the authenticator's applies.
         """
         now = self.clock()
         claimed = args.get("tenant")
         tenant = claimed if type(claimed) is str and len(claimed) <= 64 else ""
-        limited = self.failures.limited(address, tenant, now)
+        limit = -1 if max_failures is None or not tenant else max_failures(tenant)
+        limited = self.failures.limited(address, tenant, now, limit)
         if limited is not None:
             raise LoginRefusedError(protocol.RATE_LIMITED, limited)
         try:

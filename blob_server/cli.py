@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from blob_server import protocol
+from blob_server.auth import FAILURE_WINDOW, MAX_ADDRESS_FAILURES
 from blob_server.durability import ASSUMABLE
 from blob_server.exceptions import PersistenceUnknownError, StorageError
 from blob_server.frames import DEFAULT_FRAME_TIMEOUT
@@ -41,6 +42,7 @@ from blob_server.limits import (
     DEFAULT_MAX_ANONYMOUS_PER_ADDRESS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FRAME_MEMORY,
+    DEFAULT_MAX_LOGIN_FAILURES,
     DEFAULT_TENANT_FRAME_MEMORY,
     FAIRNESS_KEYS,
     TenantLimits,
@@ -185,6 +187,13 @@ _LIMIT_OPTIONS: tuple[tuple[str, Callable[[str], int], str, str], ...] = (
         "N",
         "requests at once over the rate ('unlimited': as many as the rate)",
     ),
+    (
+        "max_login_failures",
+        parse_count,
+        "N",
+        "failed logins as the tenant from one address within the failure window before "
+        "that address is refused as the tenant for a while (others at it are not)",
+    ),
 )
 
 
@@ -194,6 +203,7 @@ _TENANT_DEFAULTS: dict[str, tuple[object, str]] = {
     "max_frame_memory": (DEFAULT_TENANT_FRAME_MEMORY, "64M, also the least"),
     "rate": (None, "unlimited"),
     "burst": (None, "one second's worth, the rate"),
+    "max_login_failures": (DEFAULT_MAX_LOGIN_FAILURES, str(DEFAULT_MAX_LOGIN_FAILURES)),
 }
 
 
@@ -299,6 +309,23 @@ def build_parser() -> argparse.ArgumentParser:
                 f"{'a size' if metavar == 'SIZE' else 'a count'} or 'unlimited' (default: {said})",
             )
     serve.add_argument(
+        "--max-address-login-failures",
+        type=parse_count,
+        default=MAX_ADDRESS_FAILURES,
+        metavar="N",
+        help="failed logins from one address, for any tenant names, within the failure "
+        "window before that address is refused for a while: only an address trying many "
+        f"tenant names gets there (default: {MAX_ADDRESS_FAILURES})",
+    )
+    serve.add_argument(
+        "--login-failure-window",
+        type=float,
+        default=FAILURE_WINDOW,
+        metavar="SECONDS",
+        help="how long a failed login counts against its address and tenant "
+        f"(default: {FAILURE_WINDOW:g})",
+    )
+    serve.add_argument(
         "--idle-timeout",
         type=float,
         default=300.0,
@@ -322,8 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-push",
         action="store_true",
-        help="do not push root changes to subscribed clients; required when several "
-        "servers share one storage (a push covers only commits through this process)",
+        help="do not push root changes to subscribed clients (they read the root on every "
+        "query); no longer needed for several servers on one Redis, whose commits reach "
+        "every server through pub/sub; still needed for several servers on one SQLite file",
     )
     serve.add_argument(
         "--default-max-bytes",
@@ -543,7 +571,11 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server = BlobServer(
             storage,
-            Authenticator(registry),
+            Authenticator(
+                registry,
+                max_address_failures=args.max_address_login_failures,
+                failure_window=args.login_failure_window,
+            ),
             max_connections=args.max_connections,
             max_anonymous_per_address=args.max_anonymous_per_address,
             login_deadline=args.login_deadline,

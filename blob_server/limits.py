@@ -43,7 +43,16 @@ DEFAULT_LOGIN_DEADLINE: Final = 10.0
 DEFAULT_MAX_FRAME_MEMORY: Final = 256 * 1024 * 1024
 DEFAULT_TENANT_FRAME_MEMORY: Final = protocol.MAX_FRAME_BYTES
 #: The tenants file keys of the limits below (next to the quota's).
-FAIRNESS_KEYS: Final = ("max_connections", "max_frame_memory", "rate", "burst")
+FAIRNESS_KEYS: Final = (
+    "max_connections",
+    "max_frame_memory",
+    "rate",
+    "burst",
+    "max_login_failures",
+)
+#: Failed logins as one tenant from one address within the failure window, after which
+#: that (address, tenant) is refused until they age out (``blob_server.auth``).
+DEFAULT_MAX_LOGIN_FAILURES: Final = 10
 
 
 def default_tenant_connections(max_connections: int) -> int:
@@ -69,13 +78,16 @@ class TenantLimits:
     ``max_connections``: logged-in connections; ``max_frame_memory``: bytes of its frames
     being received and answered (None: only the server's total bounds them); ``rate``:
     requests a second; ``burst``: requests at once over the rate (None: one second's
-    worth, ``rate``).
+    worth, ``rate``); ``max_login_failures``: failed logins as this tenant from one
+    address within the failure window before that address is refused as this tenant
+    (``blob_server.auth.LoginFailures``; other tenants at the address are not).
     """
 
     max_connections: int | None = default_tenant_connections(DEFAULT_MAX_CONNECTIONS)
     max_frame_memory: int | None = DEFAULT_TENANT_FRAME_MEMORY
     rate: int | None = None
     burst: int | None = None
+    max_login_failures: int | None = DEFAULT_MAX_LOGIN_FAILURES
 
     def __post_init__(self) -> None:
         check_frame_memory(self.max_frame_memory, "a tenant's max_frame_memory")

@@ -388,7 +388,10 @@ class BlobServer:
             self._gc_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
-        if self._changes is not None:
+        if self._changes is not None:  # what the feed of root changes did, for operators
+            log_event(
+                logging.INFO, "root_changes", pushes=self.pushes_sent, **self._changes.stats()
+            )
             with contextlib.suppress(Exception):
                 await self._changes.aclose()
         with contextlib.suppress(Exception):
@@ -749,7 +752,12 @@ class BlobServer:
             raise RequestError(protocol.BAD_REQUEST, "already logged in")
         challenge, session.challenge = session.challenge, None  # single use, whatever happens
         try:
-            tenant, public_key = self.auth.login(session.address, challenge, args)
+            tenant, public_key = self.auth.login(
+                session.address,
+                challenge,
+                args,
+                lambda claimed: self._tenant_limits(claimed).max_login_failures,
+            )
         except LoginRefusedError as exc:
             log_event(
                 logging.WARNING,

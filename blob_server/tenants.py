@@ -15,7 +15,10 @@ tenant without the key gets the server's default (the ``serve`` option in bracke
   (``--tenant-max-connections``), ``"max_frame_memory"``, bytes of its frames being
   received (``--tenant-max-frame-memory``; at least one largest frame, 64 MiB),
   ``"rate"``, requests a second, and ``"burst"``, requests at once over it
-  (``--tenant-rate``, ``--tenant-burst``; a null burst is one second's worth).
+  (``--tenant-rate``, ``--tenant-burst``; a null burst is one second's worth), and
+  ``"max_login_failures"``, failed logins as the tenant from one address within the
+  failure window before that address is refused as the tenant for a while
+  (``--tenant-max-login-failures``, 10; ``blob_server.auth``).
 
 The server re-reads the file as it does for keys, so ``zerodb-server set-limits`` (or
 its older name ``set-quota``) needs no restart either.

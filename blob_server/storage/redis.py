@@ -112,6 +112,8 @@ log = logging.getLogger(__name__)
 NAMESPACE_KEY = b"zdb:ns"
 GC_SCOPES_KEY = b"zdb:gc"
 NAMESPACE_KEY_SIZE = 32
+#: A channel the storage publishes on once, to find out whether an ACL forbids it.
+PUBLISH_PROBE = b"zdb:probe"
 _GC_BATCH = 500  # garbage entries per GC script run: keeps Redis responsive to committers
 
 # Shared by the scripts that write: tenant usage and quotas. ``zdb:{T}:u`` holds the
@@ -713,6 +715,16 @@ class RedisStorage(RedisNames, Storage):
     # -- plumbing ----------------------------------------------------------------------
 
     def _check_server(self) -> None:
+        """Refuse a Redis that will not let this user publish root changes; then
+        ``check_server`` (eviction refused, no AOF warned about)."""
+        try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
+            self._redis.publish(PUBLISH_PROBE, b"0")
+        except ResponseError as exc:
+            raise StorageUnavailableError(
+                f"Redis at {self.url} does not let this user publish on the zdb:* channels "
+                f"({exc}); every commit announces its new root there: grant them "
+                "(ACL SETUSER <user> &zdb:*)"
+            ) from None
         check_server(self._redis, self.url)
 
     def durability(self) -> Durability:

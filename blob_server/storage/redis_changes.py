@@ -161,21 +161,20 @@ class RedisRootChanges(RootChanges):
         return asyncio.gather(*futures)
 
     async def _run(self) -> None:
-        connected_before = False
+        connected_before = False  # a connection was up once: a loss may have missed changes
         while True:
             conn = self._connection()
+            was_up = False
             try:
                 await conn.connect()
-            except _LOST as exc:
-                self._outage(exc, connected_before)
-                await asyncio.sleep(RETRY_DELAY)
-                continue
-            try:
                 await self._serve(conn, catch_up=connected_before)
             except _LOST as exc:
-                if self._up.is_set() or connected_before:
+                was_up = self._up.is_set()
+                if was_up:  # lost a working connection: reconnect at once, catch up
                     self._counters["lost"] += 1
-                log.warning("event=root_changes_lost error=%s", type(exc).__name__)
+                    log.warning("event=root_changes_lost error=%s", type(exc).__name__)
+                else:  # could not connect, or not subscribe (an ACL?): wait, retry
+                    self._outage(exc, connected_before)
             finally:
                 connected_before = connected_before or self._up.is_set()
                 self._up.clear()
@@ -188,6 +187,8 @@ class RedisRootChanges(RootChanges):
                 self._pending.clear()
                 with contextlib.suppress(Exception):
                     await conn.disconnect()
+            if not was_up:
+                await asyncio.sleep(RETRY_DELAY)
 
     def _outage(self, exc: BaseException, connected_before: bool) -> None:
         """A connection attempt failed: the first one after a loss tells the server."""

@@ -19,6 +19,7 @@ from blob_server.auth import (
     MAX_FAILURES,
     Authenticator,
 )
+from blob_server.cli import build_parser
 from blob_server.limits import TenantLimits
 from blob_server.storage import MemoryStorage
 from tests.server.wire import FakeClock, InProcessServer, Wire, registry_with
@@ -511,3 +512,49 @@ def test_big_answers_are_chunked_and_deferred(server, monkeypatch):
         assert transport.counters.round_trips == before + 1
     finally:
         transport.close()
+
+
+def test_a_tenants_own_failed_login_limit_applies_to_it_alone(wire, registry, clock):
+    """``max_login_failures`` in the tenants file: 3 for acme, none at all for beta."""
+    registry.set_limits("acme", max_login_failures=3)
+    registry.set_limits("beta", max_login_failures=None)
+    for _ in range(3):
+        assert refused(wire().login("acme", PrivateKey())[0])
+    assert refused(wire().login("acme", KEY_A)[0], protocol.RATE_LIMITED)
+    for _ in range(MAX_FAILURES + 2):  # past the server's default: beta has no limit
+        assert refused(wire().login("beta", PrivateKey())[0])
+    assert wire().login("beta", KEY_B)[0].ok
+    clock.now += FAILURE_WINDOW + 1
+    assert wire().login("acme", KEY_A)[0].ok
+
+
+def test_the_servers_default_failed_login_limit_comes_from_its_tenant_limits(registry):
+    server = InProcessServer(
+        MemoryStorage(),
+        Authenticator(registry),
+        tenant_limits=TenantLimits(max_login_failures=2),
+    )
+    try:
+        for _ in range(2):
+            assert refused(Wire(server.port).login("acme", PrivateKey())[0])
+        assert refused(Wire(server.port).login("acme", KEY_A)[0], protocol.RATE_LIMITED)
+        assert Wire(server.port).login("beta", KEY_B)[0].ok
+    finally:
+        server.stop()
+
+
+def test_serve_takes_the_failed_login_limits():
+    base = ["serve", "--storage", "memory://", "--tenants", "t.json"]
+    defaults = build_parser().parse_args(base)
+    assert defaults.tenant_max_login_failures == MAX_FAILURES
+    assert defaults.max_address_login_failures == MAX_ADDRESS_FAILURES
+    assert defaults.login_failure_window == FAILURE_WINDOW
+    given = build_parser().parse_args(
+        [
+            *base,
+            *("--tenant-max-login-failures", "unlimited"),
+            *("--max-address-login-failures", "500", "--login-failure-window", "30"),
+        ]
+    )
+    assert given.tenant_max_login_failures is None
+    assert (given.max_address_login_failures, given.login_failure_window) == (500, 30.0)

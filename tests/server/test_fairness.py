@@ -282,7 +282,11 @@ def test_a_tenant_over_its_request_rate_is_refused_and_others_are_not(dep, serve
 
 
 def test_stats_shows_each_tenants_limits(dep, servers, capsys):
-    own = {"max_connections": 3, "max_frame_memory": 2 * DEFAULT_TENANT_FRAME_MEMORY}
+    own = {
+        "max_connections": 3,
+        "max_frame_memory": 2 * DEFAULT_TENANT_FRAME_MEMORY,
+        "max_login_failures": 4,
+    }
     TenantRegistry(dep.tenants).set_limits("small", rate=2, burst=None, **own)
     with dep.open(start(dep, servers)) as db:  # a store to read
         db.add(*employees(1, random.Random(0)))
@@ -306,4 +310,5 @@ def test_stats_shows_each_tenants_limits(dep, servers, capsys):
         str(own["max_frame_memory"]),
         "2",
         "unlimited",
+        str(own["max_login_failures"]),
     ]

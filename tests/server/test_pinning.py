@@ -29,9 +29,9 @@ class CountingAuthenticator(Authenticator):
 
     logins = 0
 
-    def login(self, address, challenge, args):
+    def login(self, address, challenge, args, max_failures=None):
         type(self).logins += 1
-        return super().login(address, challenge, args)
+        return super().login(address, challenge, args, max_failures)
 
 
 @pytest.fixture

@@ -472,7 +472,10 @@ def test_add_tenant_set_quota_and_list_tenants(tmp_path, capsys):
     assert cli_main(["list-tenants", "--tenants", tenants]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert listing[0] == f"server id: {data['server_id']}"
-    others = "max_connections default  max_frame_memory default  rate default  burst default"
+    others = (
+        "max_connections default  max_frame_memory default  rate default  burst default"
+        "  max_login_failures default"
+    )
     assert f"acme  max_bytes 10485760  max_blobs 1000  {others}" in listing
     assert f"beta  max_bytes default  max_blobs default  {others}" in listing
 

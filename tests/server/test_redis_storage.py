@@ -431,3 +431,22 @@ def test_collection_notices_a_scope_that_joined_its_tenant_meanwhile(
     assert store.collect_garbage(retention=5) == 1
     assert len(reads) == 2  # read again after the script's refusal
     assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)
+
+
+def test_a_user_that_may_not_publish_root_changes_is_refused(redis_server, redis_storage_factory):
+    """Every commit PUBLISHes its seq from its script; a user an ACL forbids that would
+    have every commit fail after its writes, so the storage refuses it at once (the
+    factory empties database 0 first)."""
+    admin = redis_server.client()
+    admin.acl_setuser("nopub", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])
+    admin.execute_command("ACL", "SETUSER", "nopub", "resetchannels")
+    url = f"redis://nopub:pw@127.0.0.1:{redis_server.port}/0"
+    try:
+        with pytest.raises(StorageUnavailableError, match="&zdb:"):
+            RedisStorage(url).get_root(T, D)
+        admin.execute_command("ACL", "SETUSER", "nopub", "&zdb:*")
+        storage = RedisStorage(url)
+        assert storage.get_root(T, D).seq == 0
+        storage.close()
+    finally:
+        admin.acl_deluser("nopub")
