@@ -192,6 +192,7 @@ def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet
             time.sleep(0.05)
 
 
+@pytest.mark.parametrize("spec", ["", "localhost", "host:port", "a:1,b", "h:70000"])
 def test_a_bad_node_list_is_refused(spec):
     with pytest.raises(StorageUnavailableError, match="HOST:PORT"):
         ClusterStorage(spec)
