@@ -4,8 +4,9 @@ Key layout (``S`` a database's scope tag, ``T`` its tenant's tag, made as in
 ``blob_server.storage.redis``; ``{...}`` is the Redis Cluster hash tag)::
 
     zdb:ns                      the namespace key (one slot, read once per process)
-    zdb:gc                      set of scope tags with garbage, pending blobs or operations
-    zdb:gct                     set of tenant tags with journal entries
+    zdb:gc:<h>                  sets of scope tags with garbage, pending blobs or operations
+    zdb:gct:<h>                 sets of tenant tags with journal entries
+                                (<h>: the tag's first hex digit, 16 sets over the slots)
     zdb:b:S:<blob id hex>       one write-once blob: NO hash tag, so it lands on any slot
     zdb:{S}:root                hash: seq, data
     zdb:{S}:s                   hash: t (tenant tag), w (a write counter, see _CANCEL)
@@ -117,7 +118,6 @@ from blob_server.storage.base import (
 )
 from blob_server.storage.redis import (
     _NAMESPACE,
-    GC_SCOPES_KEY,
     RedisNames,
     _limit,
     _quota_error,
@@ -129,7 +129,18 @@ from blob_server.storage.redis import (
 
 log = logging.getLogger(__name__)
 
-GC_TENANTS_KEY = b"zdb:gct"
+#: The collector's sets of scope tags (``zdb:gc:<h>``) and of tenant tags with journal
+#: entries (``zdb:gct:<h>``), split by the tag's first hex digit into 16 keys without a
+#: hash tag: every commit adds its scope, and one key would put every commit of every
+#: tenant on one node.
+GC_SHARDS = "0123456789abcdef"
+
+
+def _gc_key(kind: bytes, tag: bytes) -> bytes:
+    """The collector's set that holds ``tag`` (``kind``: ``gc`` or ``gct``)."""
+    return b"zdb:%s:%s" % (kind, tag[:1])
+
+
 #: How long an operation may stay open before garbage collection aborts it: far longer
 #: than any commit (its steps are bounded by socket timeouts and ``retry_seconds``).
 OP_TIMEOUT = 600.0
@@ -373,6 +384,12 @@ _NOT_EXECUTED = (MovedError, AskError, TryAgainError, ClusterDownError, NoScript
 class NotReplicatedError(StorageUnavailableError):
     """A write was applied on its master but fewer replicas than required confirmed it
     within the replica timeout: its outcome after a failover is unknown."""
+
+
+def _gc_op(command: str, kind: bytes, tag: bytes) -> tuple[bytes, tuple[Any, ...]]:
+    """``(key, command)`` adding ``tag`` to, or removing it from, its collector's set."""
+    key = _gc_key(kind, tag)
+    return key, (command, key, tag)
 
 
 def _raise_any(replies: list[Any]) -> list[Any]:
@@ -636,7 +653,7 @@ class ClusterStorage(RedisNames, Storage):
         )
         keys = [scope.ops, scope.stats]
         script = ("EVALSHA", _SCRIPTS["open"][1], len(keys), *keys, op, value, owner.tag)
-        commands = [(scope.ops, script), (GC_SCOPES_KEY, ("SADD", GC_SCOPES_KEY, scope.tag))]
+        commands = [(scope.ops, script), _gc_op("SADD", b"gc", scope.tag)]
         _raise_any(self._idempotent(lambda: self._run(commands)))
         return op
 
@@ -656,7 +673,7 @@ class ClusterStorage(RedisNames, Storage):
         args += [_limit(quota.max_blobs), _limit(quota.max_bytes), repr(float(self._clock()))]
         keys = [owner.usage, owner.databases, owner.journal]
         script = ("EVALSHA", _SCRIPTS["reserve"][1], len(keys), *keys, *args)
-        commands = [(GC_TENANTS_KEY, ("SADD", GC_TENANTS_KEY, owner.tag)), (owner.usage, script)]
+        commands = [_gc_op("SADD", b"gct", owner.tag), (owner.usage, script)]
         reply = _raise_any(self._idempotent(lambda: self._run(commands)))[1]
         if reply[0] == 3:
             raise _quota_error(tenant, reply)
@@ -966,7 +983,7 @@ class ClusterStorage(RedisNames, Storage):
         retention: float = DEFAULT_RETENTION_SECONDS,
         staging_timeout: float = DEFAULT_STAGING_TIMEOUT,
     ) -> int:
-        """Per scope in ``zdb:gc``: finish or abort what operations left, then delete
+        """Per scope in the ``zdb:gc:<h>`` sets: finish or abort what operations left, then delete
         due garbage and stale pending blobs in batches across nodes; then settle the
         journal entries of applied operations (see the module doc)."""
         now = self._clock()
@@ -974,21 +991,25 @@ class ClusterStorage(RedisNames, Storage):
         stale = repr(now - v.check_retention(staging_timeout, "staging_timeout"))
         deleted = 0
         with self._errors():
-            for tag in self._members(GC_SCOPES_KEY):
+            for tag in self._members(b"gc"):
                 deleted += self._collect_scope(
                     _Scope(tag.decode("ascii"), spread_blobs=True), now, cutoff, stale
                 )
-            for tag in self._members(GC_TENANTS_KEY):
+            for tag in self._members(b"gct"):
                 self._reclaim_journal(_Tenant(tag.decode("ascii")), now)
         return deleted
 
-    def _members(self, key: bytes) -> list[bytes]:
-        return sorted(self._read([(key, ("SMEMBERS", key))])[0])
+    def _members(self, kind: bytes) -> list[bytes]:
+        """Every tag in the collector's ``kind`` sets (one pipeline per node)."""
+        keys = [_gc_key(kind, shard.encode()) for shard in GC_SHARDS]
+        return sorted(
+            tag for found in self._read([(k, ("SMEMBERS", k)) for k in keys]) for tag in found
+        )
 
     def _collect_scope(self, scope: _Scope, now: float, cutoff: str, stale: str) -> int:
         tenant = self._read([(scope.stats, ("HGET", scope.stats, "t"))])[0]
         if tenant is None:  # never opened an op: nothing of it is counted or pending
-            self._run([(GC_SCOPES_KEY, ("SREM", GC_SCOPES_KEY, scope.tag))])
+            self._run([_gc_op("SREM", b"gc", scope.tag)])
             return 0
         owner = _Tenant(tenant.decode("ascii"))
         deleted = 0
@@ -1017,7 +1038,7 @@ class ClusterStorage(RedisNames, Storage):
             ]
         )
         if not any(left[1:]):
-            self._run([(GC_SCOPES_KEY, ("SREM", GC_SCOPES_KEY, scope.tag))])
+            self._run([_gc_op("SREM", b"gc", scope.tag)])
             again = self._read(
                 [
                     (scope.root, ("ZCARD", scope.garbage)),
@@ -1026,7 +1047,7 @@ class ClusterStorage(RedisNames, Storage):
                 ]
             )
             if any(again):  # a commit or stage slipped some in: it stays
-                self._run([(GC_SCOPES_KEY, ("SADD", GC_SCOPES_KEY, scope.tag))])
+                self._run([_gc_op("SADD", b"gc", scope.tag)])
             elif not left[0]:
                 keys = [owner.usage, owner.databases, owner.journal]
                 self._call(owner.usage, "drop", keys, [scope.tag])
@@ -1057,9 +1078,9 @@ class ClusterStorage(RedisNames, Storage):
             if not self._read([(scope.ops, ("HEXISTS", scope.ops, op))])[0]:
                 self._settle(owner, op, applied=True)
         if not entries:
-            self._run([(GC_TENANTS_KEY, ("SREM", GC_TENANTS_KEY, owner.tag))])
+            self._run([_gc_op("SREM", b"gct", owner.tag)])
             if self._read([(owner.journal, ("HLEN", owner.journal))])[0]:
-                self._run([(GC_TENANTS_KEY, ("SADD", GC_TENANTS_KEY, owner.tag))])
+                self._run([_gc_op("SADD", b"gct", owner.tag)])
 
     def stats(self, tenant: str, database: str) -> dict[str, int]:
         """Return seq, blobs, bytes, garbage, staged, counters and keyrings (two
