@@ -810,15 +810,14 @@ class ClusterStorage(RedisNames, Storage):
         with self._errors():
             scope = self._scope(tenant, database)
             owner = self._tenant(tenant)
-            current, old_size = self._read(
-                [
-                    (scope.root, ("HGET", scope.root, "seq")),
-                    (scope.root, ("HSTRLEN", scope.root, "data")),
-                ]
-            )
+            root_reads = [
+                (scope.root, ("HGET", scope.root, "seq")),
+                (scope.root, ("HSTRLEN", scope.root, "data")),
+            ]
+            (current, old_size), check = self._check_new(scope, pairs, claimed, root_reads)
             if int(current or 0) != seq:
                 return CommitResult(False, self.get_root(tenant, database))
-            self._check_new(scope, pairs, claimed)
+            check()
             blob_bytes = sum(len(data) for _, data in pairs)
             op = self._open(scope, owner, [i for i, _ in pairs])
             try:
@@ -862,22 +861,35 @@ class ClusterStorage(RedisNames, Storage):
             log.warning("Redis Cluster at %s: settling op %s left to GC: %s", self.url, op, exc)
 
     def _check_new(
-        self, scope: _Scope, pairs: Sequence[tuple[bytes, bytes]], claimed: Sequence[bytes]
-    ) -> None:
-        """Refuse existing new ids, then staged ids that are not pending (reads only;
-        the writes check again, so a race is caught there)."""
-        if pairs:
-            keys = [scope.blob(i) for i, _ in pairs]
-            found = self._read([(k, ("EXISTS", k)) for k in keys])
+        self,
+        scope: _Scope,
+        pairs: Sequence[tuple[bytes, bytes]],
+        claimed: Sequence[bytes],
+        also: Sequence[tuple[bytes, tuple[Any, ...]]] = (),
+    ) -> tuple[list[Any], Callable[[], None]]:
+        """Read, in one pass over the masters, ``also`` (the caller's reads) and whether
+        the new ids exist and the staged ids are pending; return ``also``'s replies and a
+        check that raises ``BlobExistsError`` then ``NotStagedError`` (the caller looks
+        at its own replies first: a stale commit is answered with the root). Reads
+        only; the writes check again, so a race is caught there."""
+        keys = [scope.blob(i) for i, _ in pairs]
+        members = [i.hex() for i in claimed]
+        commands = [*also, *((k, ("EXISTS", k)) for k in keys)]
+        if members:
+            commands.append((scope.pending, ("ZMSCORE", scope.pending, *members)))
+        replies = self._read(commands)
+        found = replies[len(also) : len(also) + len(keys)]
+        scores = replies[-1] if members else []
+
+        def check() -> None:
             for (blob_id, _), exists in zip(pairs, found, strict=True):
                 if exists:
                     raise BlobExistsError(f"blob {blob_id.hex()} already exists")
-        if claimed:
-            members = [i.hex() for i in claimed]
-            scores = self._read([(scope.pending, ("ZMSCORE", scope.pending, *members))])[0]
             for blob_id, score in zip(claimed, scores, strict=True):
                 if score is None:
                     raise NotStagedError(f"blob {blob_id.hex()} is not staged")
+
+        return replies[: len(also)], check
 
     def stage(
         self,
@@ -895,7 +907,7 @@ class ClusterStorage(RedisNames, Storage):
         with self._errors():
             scope = self._scope(tenant, database)
             owner = self._tenant(tenant)
-            self._check_new(scope, pairs, ())
+            self._check_new(scope, pairs, ())[1]()
             size = sum(len(data) for _, data in pairs)
             op = self._open(scope, owner, [i for i, _ in pairs])
             try:

@@ -27,7 +27,7 @@ a cluster refuses. ``blob_server.storage.cluster`` (``--redis-cluster``) shares 
 module's naming (``RedisNames``) and splits the commit instead: blobs without a hash tag
 (``zdb:b:S:<id>``, spread over every slot), the root swap one script on ``{S}``, usage
 on ``{T}`` through journalled operations (``zdb:{S}:o``, ``zdb:{T}:j``). This backend
-keeps its one-script commit: one round trip where the cluster needs 7 to 13.
+keeps its one-script commit: one round trip where the cluster needs 6 to 11.
 Someone who reads values or watches MONITOR learns which scopes belong to one tenant
 (``t``, ``zdb:{T}:d``, the keys of one script call), not the names.
 
