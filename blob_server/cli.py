@@ -56,6 +56,7 @@ from blob_server.wire.storage import (
     EVERYSEC,
     MAX_QUOTA,
     Quota,
+    Storage,
 )
 
 _SQLITE = "sqlite:///"
@@ -113,7 +114,39 @@ def _limit_parser(parse: Callable[[str], int], *, default: bool) -> Callable[[st
 def _storage_url(args: argparse.Namespace) -> str | None:
     if getattr(args, "redis", None):
         return args.redis
+    if getattr(args, "redis_cluster", None):
+        return "redis-cluster://" + args.redis_cluster
     return getattr(args, "storage", None)
+
+
+def _non_negative_int(value: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return number
+
+
+def _open_storage(args: argparse.Namespace) -> Storage:
+    """The storage the options name (``--redis-cluster`` with its replica options)."""
+    from blob_server.storage import open_storage
+
+    spec = getattr(args, "redis_cluster", None)
+    wait_ms = getattr(args, "replica_timeout", None)
+    if spec:
+        from blob_server.storage.cluster import ClusterStorage
+
+        return ClusterStorage(
+            spec,
+            min_replicas=getattr(args, "min_replicas", None),
+            replica_timeout=1.0 if wait_ms is None else wait_ms / 1000,
+        )
+    if getattr(args, "min_replicas", None) is not None or wait_ms is not None:
+        raise StorageError("--min-replicas and --replica-timeout need --redis-cluster")
+    return open_storage(_storage_url(args))
 
 
 def tenants_path(args: argparse.Namespace) -> Path:
@@ -199,6 +232,12 @@ def _add_storage_options(parser: argparse.ArgumentParser, *, default: str | None
         else "sqlite:///relative.zdb or sqlite:////absolute.zdb",
     )
     where.add_argument("--redis", metavar="URL", help="redis://host:6379/0 (production storage)")
+    where.add_argument(
+        "--redis-cluster",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="a Redis Cluster: some of its nodes (the others are discovered); a database's "
+        "blobs spread over every node, its commits stay atomic (docs/architecture.md)",
+    )
     parser.add_argument(
         "--tenants", metavar="PATH", help="tenants file (default: <sqlite store>.tenants.json)"
     )
@@ -356,6 +395,23 @@ def build_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_STAGING_TIMEOUT:.0f})",
     )
     serve.add_argument(
+        "--min-replicas",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --redis-cluster: acknowledge a commit only once N replicas of each master "
+        "it wrote to confirmed it (WAIT). Default: 1 where the master has a replica, 0 "
+        "where it has none; a master with fewer than N replicas fails every commit",
+    )
+    serve.add_argument(
+        "--replica-timeout",
+        type=_non_negative_int,
+        default=None,
+        metavar="MS",
+        help="with --redis-cluster: how long a commit waits for its replicas (default: 1000); "
+        "one not confirmed in time is answered 'storage unavailable' (outcome unknown)",
+    )
+    serve.add_argument(
         "--allow-volatile-redis",
         action="store_true",
         help="start on a Redis without the append-only file (appendonly no), or one that "
@@ -492,7 +548,6 @@ def serve(args: argparse.Namespace) -> int:
     from blob_server.auth import Authenticator
     from blob_server.durability import admit
     from blob_server.server import BlobServer, log_event
-    from blob_server.storage import open_storage
 
     keep_freed_memory()
     logging.basicConfig(
@@ -500,10 +555,9 @@ def serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
-    url = _storage_url(args)
     registry = TenantRegistry(tenants_path(args))
     try:
-        storage = open_storage(url)
+        storage = _open_storage(args)
     except StorageError as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
@@ -627,16 +681,14 @@ def _limit_args(args: argparse.Namespace) -> dict[str, Limit]:
 
 def stats(args: argparse.Namespace) -> int:
     """Print every tenant's usage, quota and databases (``--json`` for machines)."""
-    from blob_server.storage import open_storage
-
     url = _storage_url(args)
     if not url:
-        raise SystemExit("error: --storage URL or --redis URL is required")
+        raise SystemExit("error: --storage URL, --redis URL or --redis-cluster NODES is required")
     if url.startswith(_SQLITE) and not Path(url[len(_SQLITE) :]).is_file():
         raise SystemExit(f"error: no store at {url[len(_SQLITE) :]}")
     registry = TenantRegistry(tenants_path(args))
     try:
-        storage = open_storage(url)
+        storage = _open_storage(args)
     except StorageError as exc:
         raise SystemExit(f"error: {exc}") from None
     try:

@@ -22,8 +22,12 @@ key lives in Redis so tags stay stable across restarts and across blob-server pr
 names, it is not a secret against the Redis operator.) ``T`` is the tenant tag, made the
 same way from the tenant name alone (another BLAKE2b personalisation). ``{S}`` is a Redis
 Cluster hash tag, so one database's keys share a slot; the tenant keys have their own
-slot, so a commit (which counts usage) spans two slots: Redis Cluster would need the
-tenant tag as the hash tag of every key (this backend speaks to one Redis, not a cluster).
+slot, so a commit here (which counts usage) spans two slots, which one Redis allows and
+a cluster refuses. ``blob_server.storage.cluster`` (``--redis-cluster``) shares this
+module's naming (``RedisNames``) and splits the commit instead: blobs without a hash tag
+(``zdb:b:S:<id>``, spread over every slot), the root swap one script on ``{S}``, usage
+on ``{T}`` through journalled operations (``zdb:{S}:o``, ``zdb:{T}:j``). This backend
+keeps its one-script commit: one round trip where the cluster needs 6 to 11.
 Someone who reads values or watches MONITOR learns which scopes belong to one tenant
 (``t``, ``zdb:{T}:d``, the keys of one script call), not the names.
 
@@ -58,7 +62,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -66,7 +70,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.retry import Retry
 
@@ -89,6 +93,7 @@ from blob_server.wire.storage import (
     OS_FLUSH,
     VOLATILE,
     ChangeCallback,
+    CommitLeases,
     CommitResult,
     DatabaseUsage,
     Durability,
@@ -99,9 +104,6 @@ from blob_server.wire.storage import (
     Storage,
     TenantUsage,
 )
-
-if TYPE_CHECKING:
-    from blob_server.leases import CommitLeases
 
 log = logging.getLogger(__name__)
 
@@ -377,6 +379,73 @@ def _length_prefixed(*names: str) -> bytes:
     return bytes(out)
 
 
+def check_server(client: redis.Redis, where: str) -> None:
+    """Refuse a Redis that evicts keys; warn about one that does not persist them.
+
+    An evicted blob or root would look like tampering to every client. Durability is
+    the operator's choice (AOF with ``appendfsync everysec`` or ``always``), so only
+    a warning: the tests run a throwaway server without persistence on purpose.
+    """
+    info = client.info()
+    policy = info.get("maxmemory_policy", "noeviction")
+    if policy != "noeviction":
+        raise StorageUnavailableError(
+            f"Redis at {where} evicts keys (maxmemory-policy {policy}): blobs and "
+            "roots would vanish; configure maxmemory-policy noeviction"
+        )
+    if not info.get("aof_enabled"):
+        log.warning(
+            "Redis at %s has no AOF (appendonly no): acknowledged commits may be lost "
+            "in a crash, and clients would see that as a rollback",
+            where,
+        )
+
+
+def node_durability(client: redis.Redis, where: str) -> Durability:
+    """Read ``appendonly`` and ``appendfsync`` of one Redis with CONFIG GET.
+
+    A Redis that refuses CONFIG (renamed or disabled, as managed services do, or an
+    ACL without ``+config``) raises ``PersistenceUnknownError``, saying what INFO
+    reports if it answers: the server does not guess from INFO, which does not
+    give the fsync policy (see ``blob_server.durability``). Other redis-py errors
+    propagate (the caller turns them into ``StorageUnavailableError``)."""
+    try:
+        settings = client.config_get("append*")
+    except ResponseError as exc:
+        enabled = info_aof_enabled(client)
+        said = "" if enabled is None else f" (INFO reports aof_enabled:{int(enabled)})"
+        raise PersistenceUnknownError(
+            f"Redis at {where} does not let the server read its persistence "
+            f"settings (CONFIG GET appendonly: {exc}); managed Redis services often "
+            f"rename or disable CONFIG.{said}"
+        ) from None
+    appendonly = _text(settings.get("appendonly") or settings.get(b"appendonly"))
+    fsync = _text(settings.get("appendfsync") or settings.get(b"appendfsync"))
+    if appendonly != "yes":
+        return Durability(
+            VOLATILE,
+            f"Redis at {where} has appendonly {appendonly or '?'}: no append-only "
+            "file, so a restart of Redis loses the commits since its last RDB snapshot "
+            "(all of them without one)",
+        )
+    mode = {"always": DURABLE, "everysec": EVERYSEC, "no": OS_FLUSH}.get(fsync)
+    if mode is None:
+        raise PersistenceUnknownError(
+            f"Redis at {where} has appendonly yes and an unknown appendfsync {fsync!r}"
+        )
+    return Durability(mode, f"Redis at {where} with appendonly yes, appendfsync {fsync}")
+
+
+def info_aof_enabled(client: redis.Redis) -> bool | None:
+    """Whether INFO says the append-only file is on (None: INFO will not say)."""
+    try:
+        info = client.info("persistence")
+    except RedisError:
+        return None
+    value = info.get("aof_enabled")
+    return None if value is None else bool(int(value))
+
+
 class _Scope:
     """The key names of one (tenant, database)."""
 
@@ -385,13 +454,14 @@ class _Scope:
         "counters",
         "garbage",
         "keyrings",
+        "ops",
         "pending",
         "root",
         "stats",
         "tag",
     )
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, *, spread_blobs: bool = False) -> None:
         self.tag = tag.encode("ascii")
         base = b"zdb:{" + self.tag + b"}:"
         self.root = base + b"root"
@@ -400,7 +470,10 @@ class _Scope:
         self.pending = base + b"p"
         self.keyrings = base + b"k"
         self.counters = base + b"c"
-        self.blob_prefix = base + b"b:"
+        self.ops = base + b"o"  # the cluster's open operations (blob_server.storage.cluster)
+        # On a cluster a blob key carries no hash tag, so one database's blobs spread
+        # over every slot (and node); one Redis keeps them beside the database's keys.
+        self.blob_prefix = b"zdb:b:" + self.tag + b":" if spread_blobs else base + b"b:"
 
     def blob(self, blob_id: bytes) -> bytes:
         return self.blob_prefix + binascii.hexlify(blob_id)  # hex, as bytes, in one step
@@ -409,13 +482,14 @@ class _Scope:
 class _Tenant:
     """The key names of one tenant: its usage hash and the set of its scope tags."""
 
-    __slots__ = ("databases", "tag", "usage")
+    __slots__ = ("databases", "journal", "tag", "usage")
 
     def __init__(self, tag: str) -> None:
         self.tag = tag.encode("ascii")
         base = b"zdb:{" + self.tag + b"}:"
         self.usage = base + b"u"
         self.databases = base + b"d"
+        self.journal = base + b"j"  # the cluster's two-slot operations (storage.cluster)
 
 
 def _limit(value: int | None) -> bytes:
@@ -471,7 +545,110 @@ class _Plan:
         raise BlobExistsError(f"blob {self.ids[int(reply[1])].hex()} already exists")
 
 
-class RedisStorage(Storage):
+class RedisNames:
+    """Key names from the namespace key, shared by ``RedisStorage`` and the cluster's
+    ``ClusterStorage``: the scope and tenant tags of the module doc, and the error
+    translation every call goes through.
+
+    Needs ``url``, ``_closed``, ``_namespace``, ``_namespace_lock``, ``_scopes``,
+    ``_tenants``, ``_namespace_script`` (the ``_NAMESPACE`` script on ``zdb:ns``) and
+    ``_check_server``; ``_spread_blobs`` says where blob keys go.
+    """
+
+    url: str
+    _closed: bool
+    _namespace: bytes | None
+    _namespace_lock: threading.Lock
+    _scopes: dict[tuple[str, str], _Scope]
+    _tenants: dict[str, _Tenant]
+    _namespace_script: Callable[..., Any]
+    _check_server: Callable[[], None]
+    _spread_blobs: bool = False
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn every redis-py error into StorageUnavailableError naming the (redacted) URL."""
+        if self._closed:
+            raise StorageUnavailableError(f"storage {self.url} is closed")
+        try:
+            yield
+        except (RedisError, RedisClusterException) as exc:  # the latter: no cluster node
+            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
+
+    def _namespace_key(self) -> bytes:
+        """Return the namespace key, creating it in Redis on first use (call in _errors)."""
+        key = self._namespace
+        if key is None:
+            with self._namespace_lock:
+                key = self._namespace
+                if key is None:
+                    key = self._namespace_script([NAMESPACE_KEY], [os.urandom(NAMESPACE_KEY_SIZE)])
+                    if not isinstance(key, bytes) or len(key) != NAMESPACE_KEY_SIZE:
+                        raise StorageUnavailableError(
+                            f"Redis at {self.url}: {NAMESPACE_KEY.decode()} is not a "
+                            f"{NAMESPACE_KEY_SIZE}-byte namespace key; refusing to guess"
+                        )
+                    self._check_server()
+                    self._namespace = key
+        return key
+
+    def _scope(self, tenant: str, database: str) -> _Scope:
+        """Return the key names of (tenant, database) (call inside _errors)."""
+        names = v.check_scope(tenant, database)
+        scope = self._scopes.get(names)
+        if scope is None:
+            tag = hashlib.blake2b(
+                _length_prefixed(*names),
+                key=self._namespace_key(),
+                digest_size=16,
+                person=b"zdb:scope:v1",
+            ).hexdigest()
+            scope = self._scopes[names] = _Scope(tag, spread_blobs=self._spread_blobs)
+        return scope
+
+    def _tenant(self, tenant: str) -> _Tenant:
+        """Return the key names of a tenant's usage (call inside _errors)."""
+        keys = self._tenants.get(tenant)
+        if keys is None:
+            tag = hashlib.blake2b(
+                _length_prefixed(v.check_name(tenant, "tenant")),
+                key=self._namespace_key(),
+                digest_size=16,
+                person=b"zdb:tenant:v1",
+            ).hexdigest()
+            keys = self._tenants[tenant] = _Tenant(tag)
+        return keys
+
+    def _field(self, name: str) -> bytes:
+        """Return the opaque hash field for a keyring or counter name (call inside _errors)."""
+        return hashlib.blake2b(
+            _length_prefixed(name), key=self._namespace_key(), digest_size=16, person=b"zdb:name:v1"
+        ).digest()
+
+    async def _read_namespace_key(self) -> None:
+        """Read (or create) the namespace key in a worker thread if it is not known yet.
+
+        *Why:* key names derive from it, and ``_namespace_key`` asks Redis with the
+        blocking client; on the event loop, the first read or commit after a start would
+        stall every connection for that round trip (or for a whole timeout while Redis
+        is unreachable)."""
+        if self._namespace is None:
+            with self._errors():
+                await asyncio.to_thread(self._namespace_key)
+
+    async def root_channel(self, tenant: str, database: str) -> bytes:
+        """The channel the commit script publishes the database's new seqs on (on a
+        cluster, a shard channel: the root key's slot)."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root
+
+    def tenant_names(self) -> list[str]:
+        """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
+        return []
+
+
+class RedisStorage(RedisNames, Storage):
     """Store blobs, roots, keyrings, counters and garbage in Redis.
 
     ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS, a password
@@ -535,41 +712,9 @@ class RedisStorage(Storage):
 
     # -- plumbing ----------------------------------------------------------------------
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """Turn every redis-py error into StorageUnavailableError naming the (redacted) URL."""
-        if self._closed:
-            raise StorageUnavailableError(f"storage {self.url} is closed")
-        try:
-            yield
-        except RedisError as exc:
-            raise StorageUnavailableError(f"Redis at {self.url}: {exc}") from exc
-
-    def _namespace_key(self) -> bytes:
-        """Return the namespace key, creating it in Redis on first use (call in _errors)."""
-        key = self._namespace
-        if key is None:
-            with self._namespace_lock:
-                key = self._namespace
-                if key is None:
-                    key = self._namespace_script([NAMESPACE_KEY], [os.urandom(NAMESPACE_KEY_SIZE)])
-                    if not isinstance(key, bytes) or len(key) != NAMESPACE_KEY_SIZE:
-                        raise StorageUnavailableError(
-                            f"Redis at {self.url}: {NAMESPACE_KEY.decode()} is not a "
-                            f"{NAMESPACE_KEY_SIZE}-byte namespace key; refusing to guess"
-                        )
-                    self._check_server()
-                    self._namespace = key
-        return key
-
     def _check_server(self) -> None:
-        """Refuse a Redis that evicts keys or will not let this user publish root changes;
-        warn about one that does not persist them.
-
-        An evicted blob or root would look like tampering to every client. Durability is
-        the operator's choice (AOF with ``appendfsync everysec`` or ``always``), so only
-        a warning: the tests run a throwaway server without persistence on purpose.
-        """
+        """Refuse a Redis that will not let this user publish root changes; then
+        ``check_server`` (eviction refused, no AOF warned about)."""
         try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
             self._redis.publish(PUBLISH_PROBE, b"0")
         except ResponseError as exc:
@@ -578,99 +723,17 @@ class RedisStorage(Storage):
                 f"({exc}); every commit announces its new root there: grant them "
                 "(ACL SETUSER <user> &zdb:*)"
             ) from None
-        info = self._redis.info()
-        policy = info.get("maxmemory_policy", "noeviction")
-        if policy != "noeviction":
-            raise StorageUnavailableError(
-                f"Redis at {self.url} evicts keys (maxmemory-policy {policy}): blobs and "
-                "roots would vanish; configure maxmemory-policy noeviction"
-            )
-        if not info.get("aof_enabled"):
-            log.warning(
-                "Redis at %s has no AOF (appendonly no): acknowledged commits may be lost "
-                "in a crash, and clients would see that as a rollback",
-                self.url,
-            )
+        check_server(self._redis, self.url)
 
     def durability(self) -> Durability:
-        """Read ``appendonly`` and ``appendfsync`` with CONFIG GET (one round trip).
-
-        A Redis that refuses CONFIG (renamed or disabled, as managed services do, or an
-        ACL without ``+config``) raises ``PersistenceUnknownError``, saying what INFO
-        reports if it answers: the server does not guess from INFO, which does not
-        give the fsync policy (see ``blob_server.durability``)."""
+        """Read ``appendonly`` and ``appendfsync`` with CONFIG GET (one round trip; see
+        ``node_durability``)."""
         with self._errors():
-            try:
-                settings = self._redis.config_get("append*")
-            except ResponseError as exc:
-                raise PersistenceUnknownError(
-                    f"Redis at {self.url} does not let the server read its persistence "
-                    f"settings (CONFIG GET appendonly: {exc}); managed Redis services often "
-                    f"rename or disable CONFIG.{self._info_aof()}"
-                ) from None
-        appendonly = _text(settings.get("appendonly") or settings.get(b"appendonly"))
-        fsync = _text(settings.get("appendfsync") or settings.get(b"appendfsync"))
-        if appendonly != "yes":
-            return Durability(
-                VOLATILE,
-                f"Redis at {self.url} has appendonly {appendonly or '?'}: no append-only "
-                "file, so a restart of Redis loses the commits since its last RDB snapshot "
-                "(all of them without one)",
-            )
-        mode = {"always": DURABLE, "everysec": EVERYSEC, "no": OS_FLUSH}.get(fsync)
-        if mode is None:
-            raise PersistenceUnknownError(
-                f"Redis at {self.url} has appendonly yes and an unknown appendfsync {fsync!r}"
-            )
-        return Durability(mode, f"Redis at {self.url} with appendonly yes, appendfsync {fsync}")
-
-    def _info_aof(self) -> str:
-        """What INFO says of the append-only file, as a sentence (empty if it says nothing)."""
-        enabled = self.info_aof_enabled()
-        return "" if enabled is None else f" (INFO reports aof_enabled:{int(enabled)})"
+            return node_durability(self._redis, self.url)
 
     def info_aof_enabled(self) -> bool | None:
         """Whether INFO says the append-only file is on (None: INFO will not say)."""
-        try:
-            with self._errors():
-                info = self._redis.info("persistence")
-        except StorageUnavailableError:
-            return None
-        value = info.get("aof_enabled")
-        return None if value is None else bool(int(value))
-
-    def _scope(self, tenant: str, database: str) -> _Scope:
-        """Return the key names of (tenant, database) (call inside _errors)."""
-        names = v.check_scope(tenant, database)
-        scope = self._scopes.get(names)
-        if scope is None:
-            tag = hashlib.blake2b(
-                _length_prefixed(*names),
-                key=self._namespace_key(),
-                digest_size=16,
-                person=b"zdb:scope:v1",
-            ).hexdigest()
-            scope = self._scopes[names] = _Scope(tag)
-        return scope
-
-    def _tenant(self, tenant: str) -> _Tenant:
-        """Return the key names of a tenant's usage (call inside _errors)."""
-        keys = self._tenants.get(tenant)
-        if keys is None:
-            tag = hashlib.blake2b(
-                _length_prefixed(v.check_name(tenant, "tenant")),
-                key=self._namespace_key(),
-                digest_size=16,
-                person=b"zdb:tenant:v1",
-            ).hexdigest()
-            keys = self._tenants[tenant] = _Tenant(tag)
-        return keys
-
-    def _field(self, name: str) -> bytes:
-        """Return the opaque hash field for a keyring or counter name (call inside _errors)."""
-        return hashlib.blake2b(
-            _length_prefixed(name), key=self._namespace_key(), digest_size=16, person=b"zdb:name:v1"
-        ).digest()
+        return info_aof_enabled(self._redis)
 
     # -- the Storage interface -----------------------------------------------------------
 
@@ -708,17 +771,6 @@ class RedisStorage(Storage):
             keys = list(map(self._scope(tenant, database).blob, wanted))
         values = await self._reader.mget(keys)
         return {i: data for i, data in zip(wanted, values, strict=True) if data is not None}
-
-    async def _read_namespace_key(self) -> None:
-        """Read (or create) the namespace key in a worker thread if it is not known yet.
-
-        *Why:* key names derive from it, and ``_namespace_key`` asks Redis with the
-        blocking client; on the event loop, the first read or commit after a start would
-        stall every connection for that round trip (or for a whole timeout while Redis
-        is unreachable)."""
-        if self._namespace is None:
-            with self._errors():
-                await asyncio.to_thread(self._namespace_key)
 
     def _async_client(self) -> redis.asyncio.Redis:
         """The asyncio client of the running event loop (made on first use there)."""
@@ -1073,10 +1125,6 @@ class RedisStorage(Storage):
                     )
         return TenantUsage(int(blobs or 0), int(size or 0), len(tags), tuple(per_database))
 
-    def tenant_names(self) -> list[str]:
-        """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
-        return []
-
     # -- root changes (blob_server.storage.redis_changes) -----------------------------------
 
     def root_changes(self, on_change: ChangeCallback, on_lost: LostCallback) -> RootChanges:
@@ -1085,12 +1133,6 @@ class RedisStorage(Storage):
         from blob_server.storage.redis_changes import RedisRootChanges
 
         return RedisRootChanges(self, on_change, on_lost)
-
-    async def root_channel(self, tenant: str, database: str) -> bytes:
-        """The channel the commit script publishes the database's new seqs on."""
-        await self._read_namespace_key()
-        with self._errors():
-            return self._scope(tenant, database).root
 
     def commit_leases(self, timeout: float) -> CommitLeases:
         """Commit leases in Redis, shared by every server process on it."""

@@ -60,7 +60,15 @@ _LOST = (RedisError, OSError, TimeoutError, asyncio.IncompleteReadError)
 
 
 class RedisRootChanges(RootChanges):
-    """One subscriber connection following the watched databases' channels."""
+    """One subscriber connection following the watched databases' channels.
+
+    The commands and message kinds are class attributes, so the cluster's sharded feed
+    (``blob_server.storage.cluster_changes``) is this class with S-prefixed ones."""
+
+    _SUBSCRIBE = "SUBSCRIBE"
+    _UNSUBSCRIBE = "UNSUBSCRIBE"
+    _MESSAGE = b"message"
+    _CONFIRMED = b"subscribe"
 
     def __init__(
         self, storage: RedisStorage, on_change: ChangeCallback, on_lost: LostCallback
@@ -120,7 +128,7 @@ class RedisRootChanges(RootChanges):
                 self._key_of.pop(channel, None)
                 if channel in self._subscribed:
                     self._subscribed.discard(channel)
-                    self._send("UNSUBSCRIBE", channel)
+                    self._send(self._UNSUBSCRIBE, channel)
         else:
             self._counts[key] -= 1
 
@@ -149,13 +157,13 @@ class RedisRootChanges(RootChanges):
             future = loop.create_future()
             self._pending.setdefault(channel, deque()).append(future)
             futures.append(future)
-        self._send("SUBSCRIBE", *channels)
+        self._send(self._SUBSCRIBE, *channels)
         return asyncio.gather(*futures)
 
     async def _run(self) -> None:
         connected_before = False  # a connection was up once: a loss may have missed changes
         while True:
-            conn = self._storage.pubsub_connection()
+            conn = self._connection()
             was_up = False
             try:
                 await conn.connect()
@@ -256,9 +264,9 @@ class RedisRootChanges(RootChanges):
             if not isinstance(reply, list) or not reply:
                 continue
             kind = reply[0]
-            if kind == b"message" and len(reply) == 3:
+            if kind == self._MESSAGE and len(reply) == 3:
                 self._deliver(reply[1], reply[2])
-            elif kind == b"subscribe" and len(reply) == 3:
+            elif kind == self._CONFIRMED and len(reply) == 3:
                 futures = self._pending.get(reply[1])
                 if futures:
                     future = futures.popleft()
@@ -268,6 +276,15 @@ class RedisRootChanges(RootChanges):
                         del self._pending[reply[1]]
             elif kind == b"pong":
                 self._last_pong = loop.time()
+            else:
+                self._other(reply)
+
+    def _connection(self) -> Any:
+        """A new, unconnected subscriber connection."""
+        return self._storage.pubsub_connection()
+
+    def _other(self, reply: list) -> None:
+        """Another push (an unsubscribe confirmation): nothing to do here."""
 
     def _deliver(self, channel: bytes, seq: object) -> None:
         key = self._key_of.get(channel)

@@ -207,3 +207,31 @@ def servers() -> Iterator[list]:
         server.stop()
         log = server.log.read_text(errors="replace")
         assert "Traceback" not in log and "event=op_failed" not in log, log[-3000:]
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """One 3-master Redis Cluster for this session (each xdist worker starts its own)."""
+    from tests.server.cluster import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_storage_factory(redis_cluster) -> Iterator:
+    """Make ClusterStorages on the session's cluster, emptied before the test."""
+    from blob_server.storage.cluster import ClusterStorage
+
+    redis_cluster.flush()
+    opened: list[ClusterStorage] = []
+
+    def make(**kwargs) -> ClusterStorage:
+        store = ClusterStorage(redis_cluster.spec, **kwargs)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()

@@ -154,8 +154,12 @@ def _writer(port: int, key_file: str, worker: int, acks: str, start) -> None:
         raise
 
 
-def run_writers(deployment: Deployment, storage: str, *flags: str) -> None:
+def run_writers(deployment: Deployment, storage: str, *flags: str, cluster: bool = False) -> None:
+    """4 writer processes through one server on ``storage`` (``--redis-cluster`` NODES
+    with ``cluster``)."""
     server = deployment.server(storage)
+    if cluster:
+        server.args[server.args.index("--storage")] = "--redis-cluster"
     server.args += flags
     server.start()
     try:

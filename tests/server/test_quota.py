@@ -50,11 +50,11 @@ def registry(tmp_path) -> TenantRegistry:
     return registry_with(tmp_path / "tenants.json", acme=[KEY_A], beta=[KEY_B])
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def backend(request):
     if request.param == "memory":
         return MemoryStorage()
-    return request.getfixturevalue("redis_storage_factory")()
+    return request.getfixturevalue(f"{request.param}_storage_factory")()
 
 
 @pytest.fixture

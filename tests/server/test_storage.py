@@ -25,6 +25,7 @@ from blob_server.storage import (
     Storage,
     open_storage,
 )
+from blob_server.storage.cluster import ClusterStorage
 
 T, D = "tenant", "db"
 
@@ -83,13 +84,17 @@ class OnEventLoop:
         self.store.close()
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "redis-async", "sqlite-async"])
+@pytest.fixture(
+    params=["memory", "sqlite", "redis", "redis-async", "sqlite-async", "cluster", "cluster-async"]
+)
 def storage(request, tmp_path, clock):
     kind, _, path = request.param.partition("-")
     if kind == "memory":
         store: Storage = MemoryStorage(clock=clock)
     elif kind == "sqlite":
         store = SQLiteStorage(tmp_path / "store.zdb", clock=clock)
+    elif kind == "cluster":  # the session's 3-master Redis Cluster, emptied first
+        store = request.getfixturevalue("cluster_storage_factory")(clock=clock)
     else:  # the session's own redis-server (tests/server/conftest.py), emptied first
         store = request.getfixturevalue("redis_storage_factory")(clock=clock)
     if path == "async":
@@ -675,7 +680,7 @@ def test_usage_counts_blobs_and_the_bytes_of_blobs_roots_and_keyrings(storage):
     figures = sorted((d.seq, d.blobs, d.bytes, d.garbage) for d in detail)
     assert figures == [(1, 1, 5, 0), (2, 3, 157, 0)]  # blob bytes only, per database
     backend = storage.store if isinstance(storage, OnEventLoop) else storage
-    if isinstance(backend, RedisStorage):  # Redis keeps no names: opaque scope tags
+    if isinstance(backend, (RedisStorage, ClusterStorage)):  # no names in Redis: opaque tags
         assert all(d.label.startswith("tag:") and len(d.label) == 36 for d in detail)
     else:
         assert sorted(d.label for d in detail) == [D, "other"]

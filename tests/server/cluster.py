@@ -1,0 +1,176 @@
+"""A Redis Cluster on loopback for the tests: ``redis-server --cluster-enabled yes`` per
+node in a directory of its own, joined with ``redis-cli --cluster create``.
+
+Ports are free loopback ports below 55536, so the cluster bus (port + 10000) fits too;
+never 6379. Nodes keep no RDB; ``appendonly`` is off unless a test asks (the failover
+tests count on replicas and ``WAIT``, not on the disk).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.server.conftest import INSTALL_HINT, PrivateRedis, stop_redis_server
+
+
+def free_cluster_port() -> int:
+    """A loopback port free now whose bus port (+10000) is free too."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port > 55535:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class ClusterNodeProcess(PrivateRedis):
+    """One node: ``PrivateRedis`` with cluster mode on, a port whose bus port is free,
+    a short node timeout (failovers in about 2 s) and no append-only file."""
+
+    def __init__(self, directory: Path, **options: str) -> None:
+        super().__init__(
+            directory,
+            **{
+                "cluster-enabled": "yes",
+                "cluster-config-file": str(directory / "nodes.conf"),
+                "cluster-node-timeout": "1000",
+                "cluster-replica-validity-factor": "0",  # a replica always may take over
+                "appendonly": "no",
+                **options,
+            },
+        )
+        self.port = free_cluster_port()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=5)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_redis_server(self.process)
+
+
+@dataclass
+class LocalCluster:
+    """``masters`` masters with ``replicas`` replicas each, all on loopback."""
+
+    nodes: list[ClusterNodeProcess] = field(default_factory=list)
+
+    @property
+    def spec(self) -> str:
+        """``HOST:PORT,...`` as ``--redis-cluster`` takes it."""
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def masters(self) -> list[ClusterNodeProcess]:
+        """The nodes that are masters now (a failover changes them)."""
+        found = []
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            with contextlib.suppress(redis.RedisError):
+                role = node.client().execute_command("ROLE")[0]
+                if role in (b"master", "master"):
+                    found.append(node)
+        return found
+
+    def flush(self) -> None:
+        """Empty every master (replicas follow)."""
+        for node in self.masters():
+            node.client().flushall()
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        """Wait until every live node says ``cluster_state:ok``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = []
+            for node in self.nodes:
+                if node.process is None or node.process.poll() is not None:
+                    continue
+                try:
+                    states.append(node.client().cluster("info").get("cluster_state"))
+                except redis.RedisError as exc:
+                    states.append(str(exc))
+            if all(s == "ok" for s in states):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cluster not ok: {states}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_cluster(
+    directory: Path, *, masters: int = 3, replicas: int = 0, **options: str
+) -> LocalCluster:
+    """Start the nodes, create the cluster, wait until it is ok."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    cluster = LocalCluster()
+    try:
+        for _ in range(masters * (1 + replicas)):
+            node = ClusterNodeProcess(directory / f"node-{len(cluster.nodes)}", **options)
+            node.start()
+            cluster.nodes.append(node)
+        argv = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in cluster.nodes)]
+        argv += ["--cluster-replicas", str(replicas), "--cluster-yes"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            pytest.fail(f"redis-cli --cluster create failed: {done.stdout}{done.stderr}")
+        cluster.wait_ok()
+        if replicas:  # replicas attach after the slots are ok
+            deadline = time.monotonic() + 30
+            while len(cluster.masters()) != masters or not all(
+                len(entry) >= 3 + replicas  # CLUSTER SLOTS lists them: clients see them
+                for node in cluster.nodes
+                for entry in node.client().execute_command("CLUSTER", "SLOTS")
+            ):
+                assert time.monotonic() < deadline, "replicas did not attach"
+                time.sleep(0.1)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def move_slot(cluster: LocalCluster, slot: int, target: ClusterNodeProcess) -> None:
+    """Migrate one slot and its keys to ``target``, as ``redis-cli --cluster reshard``
+    does it: IMPORTING/MIGRATING, MIGRATE the keys, then SETSLOT NODE everywhere."""
+    masters = cluster.masters()
+    ids = {n.port: _text(n.client().cluster("myid")) for n in masters}
+    source = next(
+        n
+        for n in masters
+        for first, last, owner, *_ in n.client().execute_command("CLUSTER", "SLOTS")
+        if first <= slot <= last and owner[1] == n.port
+    )
+    assert source is not target, "the slot is already there"
+    target.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+    source.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+    while keys := source.client().execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+        source.client().execute_command(
+            "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys
+        )
+    for node in (target, source, *masters):
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
