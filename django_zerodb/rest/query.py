@@ -116,6 +116,10 @@ class QueryParser:
         for name, orm_path in self.fields.items():
             self._resolved[name] = resolve(model, orm_path)
 
+    def field(self, name: str) -> models.Field:
+        """The model field that ``name`` (a key of ``fields``) ends on."""
+        return self._resolved[name]
+
     # -- the body --------------------------------------------------------------------------
 
     def parse(self, body: Any) -> ParsedQuery:
@@ -255,17 +259,31 @@ class QueryParser:
         low, high = (self.value(field, v, join(path, i)) for i, v in enumerate(value))
         return Q(**{f"{orm_path}__range": (low, high)})
 
+    def search_path(self) -> str:
+        """The field a filter-level ``{"$text": ...}`` searches; LookupError when there is
+        none here (no TextIndex, or its field is not one of ``fields``)."""
+        orm_path = self.search_field or text_field(self.model)
+        if orm_path not in self.fields.values():
+            raise LookupError(f"the text field {orm_path!r} is not queryable here")
+        return orm_path
+
+    def searchable(self) -> bool:
+        """Whether a filter-level ``{"$text": ...}`` can be answered here."""
+        try:
+            self.search_path()
+        except LookupError:
+            return False
+        return True
+
     def text_condition(self, name: str | None, value: Any, path: str, state, counted=False) -> Q:
         """Full-text search on field ``name``, or on the model's TextIndex field."""
         if not counted:
             self.count_condition(path, state)
         if name is None:
             try:
-                orm_path = self.search_field or text_field(self.model)
+                orm_path = self.search_path()
             except LookupError as exc:
                 raise BadQuery(str(exc), path) from None
-            if orm_path not in self.fields.values():
-                raise BadQuery(f"the text field {orm_path!r} is not queryable here", path)
         else:
             orm_path = self.fields[name]
             if not has_text_index(self._resolved[name]):

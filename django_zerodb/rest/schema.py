@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+from django.db import models
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, inline_serializer
 from rest_framework import serializers
@@ -32,26 +33,55 @@ comes best match first, anything else in the default order. `limit` (default and
 {QueryParser.max_limit}) and `offset` page the results.
 
 Every problem is a 400 whose body names its JSON path:
-`{{"detail": "unknown operator '$foo'", "path": "filter.salary.$foo"}}`.
+`{{"detail": "unknown operator '$foo'", "path": "filter.<field>.$foo"}}`.
 """
 
-QUERY_EXAMPLES = [
-    OpenApiExample(
-        "Range and equality",
-        value={
-            "filter": {"salary": {"$gte": 195000, "$lte": 200000}, "first_name": "John"},
-            "order_by": ["-salary"],
-            "limit": 20,
-            "offset": 0,
-        },
-        request_only=True,
-    ),
-    OpenApiExample(
-        "Full-text search or a department",
-        value={"filter": {"$or": [{"$text": "kernel panic"}, {"department": 3}]}},
-        request_only=True,
-    ),
-]
+# Bounds of the range example, by the kind of field (a DateTimeField is a DateField).
+_SAMPLE_RANGES: tuple[tuple[type[models.Field], tuple[object, object]], ...] = (
+    (models.DateTimeField, ("2025-01-01T00:00:00Z", "2025-12-31T23:59:59Z")),
+    (models.DateField, ("2025-01-01", "2025-12-31")),
+    (models.DecimalField, ("0", "1000")),
+    (models.IntegerField, (1, 1000)),
+    (models.FloatField, (0, 1000)),
+)
+
+
+def _sample_range(field: models.Field) -> tuple[object, object] | None:
+    if field.is_relation or field.primary_key or isinstance(field, models.BooleanField):
+        return None
+    return next((pair for kind, pair in _SAMPLE_RANGES if isinstance(field, kind)), None)
+
+
+def _is_text(field: models.Field) -> bool:
+    return isinstance(field, models.CharField | models.TextField) and not field.choices
+
+
+def query_examples(parser: QueryParser) -> list[OpenApiExample]:
+    """Request bodies on the view's own query fields, so that each API's schema shows
+    bodies its endpoint accepts: a range on its first number or date field with an
+    equality on its first text field (ordered by the range's field), and a full-text
+    search when the model has a TextIndex the endpoint may search."""
+    ranged = next((n for n in parser.fields if _sample_range(parser.field(n))), None)
+    text = next((n for n in parser.fields if _is_text(parser.field(n))), None)
+    examples = []
+    condition: dict[str, object] = {}
+    body: dict[str, object] = {"filter": condition}
+    if ranged is not None:
+        low, high = _sample_range(parser.field(ranged)) or (None, None)
+        condition[ranged] = {"$gte": low, "$lte": high}
+        body["order_by"] = [f"-{ranged}"]
+    if text is not None:
+        condition[text] = "example"
+    if condition:
+        body |= {"limit": 20, "offset": 0}
+        examples.append(OpenApiExample("Conditions", value=body, request_only=True))
+    if parser.searchable():
+        examples.append(
+            OpenApiExample(
+                "Full-text search", value={"filter": {"$text": "two words"}}, request_only=True
+            )
+        )
+    return examples
 
 
 class QueryRequestSerializer(serializers.Serializer):
@@ -86,7 +116,7 @@ class QueryRequestSerializer(serializers.Serializer):
 class QueryErrorSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="What is wrong.")
     path = serializers.CharField(
-        help_text='Where: a JSON path in the body ("filter.salary.$gte", "" for the whole '
+        help_text='Where: a JSON path in the body ("filter.<field>.$gte", "" for the whole '
         "body) or a query parameter name."
     )
 
@@ -107,6 +137,11 @@ def query_response_serializer(serializer_class: type[serializers.BaseSerializer]
 
 class ZeroAutoSchema(AutoSchema):
     query_actions = ("query",)
+
+    def get_examples(self):
+        if getattr(self.view, "action", None) in self.query_actions:
+            return query_examples(self.view.get_query_parser())
+        return super().get_examples()
 
     def get_response_serializers(self):
         if getattr(self.view, "action", None) in self.query_actions:

@@ -48,7 +48,6 @@ from django_zerodb.rest.permissions import ZeroModelPermissions
 from django_zerodb.rest.query import ParsedQuery, QueryParser
 from django_zerodb.rest.schema import (
     QUERY_DESCRIPTION,
-    QUERY_EXAMPLES,
     QueryRequestSerializer,
     ZeroAutoSchema,
 )
@@ -115,7 +114,6 @@ class ZeroModelViewSet(viewsets.ModelViewSet):
         summary="Query with a JSON filter",
         description=QUERY_DESCRIPTION,
         request=QueryRequestSerializer,
-        examples=QUERY_EXAMPLES,
     )
     @action(
         detail=False,
