@@ -250,6 +250,7 @@ class ServerBackend:
     flag: str
     address: str
     flush: Callable[[], None]
+    node_ports: Callable[[], list[int]]
     _client: Callable[[], redis.Redis | redis.RedisCluster]
     _storage: Callable[..., Storage]
 
@@ -282,6 +283,7 @@ def _redis_backend(request, db: int) -> ServerBackend:
         "--redis",
         url,
         lambda: server.client(db).flushdb(),
+        lambda: [server.port],
         lambda: server.client(db),
         lambda **kwargs: RedisStorage(url, **kwargs),
     )
@@ -297,6 +299,7 @@ def _cluster_backend(request) -> ServerBackend:
         "--redis-cluster",
         cluster.spec,
         cluster.flush,
+        lambda: [node.port for node in cluster.masters()],
         lambda: redis.RedisCluster(startup_nodes=nodes),
         lambda **kwargs: ClusterStorage(cluster.spec, **kwargs),
     )
