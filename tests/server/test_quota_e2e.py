@@ -31,7 +31,7 @@ from zerodb_core.keyfile import KeyFile
 
 pytestmark = pytest.mark.xdist_group("quota_e2e")  # see server_backend
 
-REDIS_DB = 11  # apart from the storage tests (0) and test_redis_e2e (9, 10)
+REDIS_DB = 11  # apart from the storage tests (0) and test_redis_e2e (9)
 PASSWORD = "quota end to end passphrase"
 MAX_BLOBS = 40
 MAX_COMMIT_BLOBS = 16

@@ -31,7 +31,7 @@ from tests.server.test_push import (
     seed,
     wait_for_seq,
 )
-from tests.server.test_redis_e2e import RedisServerProcess
+from tests.server.test_server_e2e import RedisServerProcess
 from tests.server.wire import InProcessServer, Wire, registry_with
 
 REDIS_DB = 13  # apart from the storage tests (0, 3) and the other e2e tests (9 to 12)

@@ -34,7 +34,7 @@ from zerodb_core.transport.remote import RemoteTransport
 
 pytestmark = pytest.mark.xdist_group("streamed_e2e")  # see server_backend
 
-REDIS_DB = 12  # apart from the storage tests (0), test_redis_e2e (9, 10), quota e2e (11)
+REDIS_DB = 12  # apart from the storage tests (0), test_redis_e2e (9), quota e2e (11)
 PASSWORD = "streamed end to end passphrase"
 MAX_COMMIT_BLOBS = 256
 MAX_COMMIT_BYTES = 1 << 20
