@@ -23,6 +23,7 @@ from collections import defaultdict
 
 import pytest
 
+from blob_server.cli import main as cli_main
 from blob_server.exceptions import StorageUnavailableError
 from blob_server.storage import Quota, RootRecord
 from blob_server.storage.cluster import OP_TIMEOUT, ClusterStorage
@@ -145,6 +146,8 @@ def cluster_fleet(redis_cluster, tmp_path, servers):
     by ``servers``), and key files for two tenants."""
     redis_cluster.flush()
     tenants, keys = register(tmp_path)
+    public = scale_out.WIRE_KEY.public_key.format().hex()  # for scale_out.wire_on
+    assert cli_main(["add-key", "acme", public, "--tenants", str(tenants)]) == 0
     for i in range(3):
         server = ClusterServerProcess(redis_cluster.spec, tenants, tmp_path / f"server{i}.log")
         servers.append(server)
@@ -161,6 +164,12 @@ def test_a_commit_through_one_process_is_pushed_to_the_others_on_a_cluster(clust
 
 def test_pushes_stay_within_the_tenant_and_database_on_a_cluster(cluster_fleet):
     scale_out.test_pushes_across_processes_stay_within_the_tenant_and_database(cluster_fleet)
+
+
+def test_commit_leases_are_one_fifo_across_processes_on_a_cluster(cluster_fleet):
+    """The lease FIFO lives in the database's slot ``{S}``: a lease taken through one
+    process holds off the others, whose waiters get it in the order they asked."""
+    scale_out.test_commit_leases_are_one_fifo_across_processes(cluster_fleet)
 
 
 def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet, redis_cluster):
