@@ -166,6 +166,14 @@ def test_pushes_stay_within_the_tenant_and_database_on_a_cluster(cluster_fleet):
     scale_out.test_pushes_across_processes_stay_within_the_tenant_and_database(cluster_fleet)
 
 
+def test_a_killed_subscription_is_caught_up_on_a_cluster(cluster_fleet, redis_cluster):
+    """Every master's sharded subscriptions killed, three times: no client is left stale."""
+    scale_out.killed_subscriptions_are_caught_up(
+        cluster_fleet,
+        lambda: sum(scale_out.kill_subscribers(n.client()) for n in redis_cluster.masters()),
+    )
+
+
 def test_commit_leases_are_one_fifo_across_processes_on_a_cluster(cluster_fleet):
     """The lease FIFO lives in the database's slot ``{S}``: a lease taken through one
     process holds off the others, whose waiters get it in the order they asked."""
