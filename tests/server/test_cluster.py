@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -396,3 +397,45 @@ def test_live_resharding_during_commits_loses_no_acknowledged_commit(tmp_path, c
             )
     finally:
         cluster.stop()
+
+
+def test_scripts_are_reloaded_after_script_flush_on_every_master(
+    redis_cluster, cluster_storage_factory
+):
+    """A master that lost its scripts (restarted, or ``SCRIPT FLUSH``) answers NOSCRIPT:
+    every step (stage, commit, keyring, collection, the lease scripts) loads it again."""
+    store = cluster_storage_factory()
+
+    def flush() -> None:
+        for node in redis_cluster.masters():
+            node.client().script_flush()
+
+    staged, replaced = os.urandom(16), os.urandom(16)
+    flush()
+    store.stage("acme", "main", {staged: b"s"})
+    flush()
+    first = store.commit("acme", "main", expected_seq=0, root=b"r1", blobs={replaced: b"x"})
+    assert first.ok
+    flush()
+    blobs = {os.urandom(16): b"y"}
+    second = store.commit(
+        "acme", "main", expected_seq=1, root=b"r2", blobs=blobs, garbage=[replaced], staged=[staged]
+    )
+    assert second.ok
+    flush()
+    assert store.put_keyring("acme", "main", "k", b"ring", expected=None)
+    flush()
+    assert store.collect_garbage(retention=0) == 1  # the replaced blob
+    assert store.get_root("acme", "main").seq == 2
+    assert store.get_blobs("acme", "main", [replaced, staged]) == {staged: b"s"}
+
+    async def lease() -> None:
+        leases = store.commit_leases(5)
+        flush()
+        token = await leases.acquire("acme", "main", 1, 0, lambda: True)
+        assert token is not None
+        flush()
+        assert await leases.release("acme", "main", token)
+        await store.aclose()
+
+    asyncio.run(lease())
