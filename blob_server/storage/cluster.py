@@ -65,6 +65,7 @@ compare-and-set and an id allocation are not (see above for the swap).
 
 from __future__ import annotations
 
+import asyncio
 import binascii
 import hashlib
 import logging
@@ -98,7 +99,6 @@ from blob_server.exceptions import (
     NotStagedError,
     StorageUnavailableError,
 )
-from blob_server.leases import MemoryCommitLeases
 from blob_server.storage import validation as v
 from blob_server.storage.redis import (
     _NAMESPACE,
@@ -465,6 +465,8 @@ class ClusterStorage(RedisNames, Storage):
             "socket_connect_timeout": connect_timeout,
         }
         self._cluster: RedisCluster | None = None
+        self._aclient: redis.asyncio.RedisCluster | None = None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
         self._refreshed = time.monotonic()
         #: Replies that sent a command elsewhere or back (MOVED, ASK, TRYAGAIN,
         #: CLUSTERDOWN): slot migrations and failovers seen, for operators and tests.
@@ -1178,10 +1180,35 @@ class ClusterStorage(RedisNames, Storage):
         return ClusterRootChanges(self, on_change, on_lost)
 
     def commit_leases(self, timeout: float) -> CommitLeases:
-        """Commit leases in this process only (docs/architecture.md, "Redis Cluster
-        backend"): commits stay correct through the root's compare-and-swap, but turns
-        are fair among the clients of one server process, not across processes."""
-        return MemoryCommitLeases(timeout)
+        """Commit leases in the cluster, shared by every server process on it: the single
+        Redis's FIFO (``redis_leases``), whose keys all carry the database's hash tag
+        ``{S}``, so each of its scripts runs on the one master of that slot."""
+        from blob_server.storage.redis_leases import RedisCommitLeases
+
+        return RedisCommitLeases(self, timeout)
+
+    def async_client(self) -> redis.asyncio.RedisCluster:
+        """The asyncio cluster client of the running event loop (made on first use there),
+        for the commit leases. It follows MOVED and ASK, and re-sends a command whose
+        connection broke: the lease scripts are safe to run twice (a second ``_TURN``
+        finds its token holding or queued, a second ``_LEAVE`` has nothing to undo)."""
+        if self._closed:
+            raise StorageUnavailableError(f"storage {self.url} is closed")
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            self._aclient = redis.asyncio.RedisCluster(
+                startup_nodes=[
+                    redis.asyncio.cluster.ClusterNode(n.host, n.port) for n in self._startup
+                ],
+                **self._options,
+            )
+            self._aclient_loop = loop
+        return self._aclient
+
+    async def aclose(self) -> None:
+        if self._aclient is not None and self._aclient_loop is asyncio.get_running_loop():
+            await self._aclient.aclose()
+        self._aclient = None
 
     def master_of(self, channel: bytes) -> ClusterNode:
         """The master that owns ``channel``'s slot now (topology read again when older

@@ -643,6 +643,12 @@ class RedisNames:
         with self._errors():
             return self._scope(tenant, database).root
 
+    async def scope_prefix(self, tenant: str, database: str) -> bytes:
+        """``zdb:{S}:``, the prefix of the database's key names (its cluster slot)."""
+        await self._read_namespace_key()
+        with self._errors():
+            return self._scope(tenant, database).root[: -len(b"root")]
+
     def tenant_names(self) -> list[str]:
         """Return no names: Redis keeps only keyed hashes of them (see the module doc)."""
         return []
@@ -1139,12 +1145,6 @@ class RedisStorage(RedisNames, Storage):
         from blob_server.storage.redis_leases import RedisCommitLeases
 
         return RedisCommitLeases(self, timeout)
-
-    async def scope_prefix(self, tenant: str, database: str) -> bytes:
-        """``zdb:{S}:``, the prefix of the database's key names (its cluster slot)."""
-        await self._read_namespace_key()
-        with self._errors():
-            return self._scope(tenant, database).root[: -len(b"root")]
 
     def async_client(self) -> redis.asyncio.Redis:
         """The asyncio client of the running event loop (never retrying a command)."""

@@ -1,9 +1,10 @@
 """Commit leases in Redis: one FIFO per database, shared by every server process.
 
 ``blob_server.leases`` explains what a commit lease is for. In one process the queue is
-a deque (``MemoryCommitLeases``); several processes in front of one Redis must share it,
-or the clients of different processes would race as if there were no lease. Keys, in
-the database's cluster slot (``{S}`` is its scope tag, so no name appears)::
+a deque (``MemoryCommitLeases``); several processes in front of one Redis (or one Redis
+Cluster) must share it, or the clients of different processes would race as if there
+were no lease. Keys, in the database's cluster slot (``{S}`` is its scope tag, so no
+name appears; on a cluster every script below runs on the master of that slot)::
 
     zdb:{S}:lh    string: the token holding the lease, with PX = the lease timeout
     zdb:{S}:lq    sorted set: waiting tokens, scored by arrival (``zdb:{S}:ln`` counts)
@@ -38,6 +39,7 @@ from blob_server.exceptions import StorageUnavailableError
 from blob_server.leases import MAX_LEASE_WAIT, TOKEN_BYTES, CommitLeases, check_lease_timeout
 
 if TYPE_CHECKING:
+    from blob_server.storage.cluster import ClusterStorage
     from blob_server.storage.redis import RedisStorage
 
 #: Seconds between a waiter's first polls, and at most (it backs off by doubling).
@@ -101,7 +103,7 @@ Key = tuple[str, str]
 class RedisCommitLeases(CommitLeases):
     """Commit leases kept in Redis (see the module doc); call it on the event loop."""
 
-    def __init__(self, storage: RedisStorage, timeout: float) -> None:
+    def __init__(self, storage: RedisStorage | ClusterStorage, timeout: float) -> None:
         self.timeout = check_lease_timeout(timeout)
         self._storage = storage
         self._keys: dict[Key, list[bytes]] = {}

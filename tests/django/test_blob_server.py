@@ -20,8 +20,7 @@ from django.db.models import Count, F, Sum
 from django_zerodb.store import forget_engines
 from tests.django.testapp.models import Counter, Department, Employee
 from tests.server.conftest import start_redis_server, stop_redis_server
-from tests.server.test_redis_e2e import RedisServerProcess
-from tests.server.test_server_e2e import run
+from tests.server.test_server_e2e import RedisServerProcess, run
 
 pytestmark = pytest.mark.xdist_group("django_blob_server")
 

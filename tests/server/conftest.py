@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from blob_server.storage import RedisStorage
+from blob_server.wire.storage import Storage
 
 INSTALL_HINT = (
     "redis-server is not installed (or not on PATH); the Redis storage tests need it. "
@@ -235,3 +236,84 @@ def cluster_storage_factory(redis_cluster) -> Iterator:
     yield make
     for store in opened:
         store.close()
+
+
+@dataclass(frozen=True)
+class ServerBackend:
+    """Where an end-to-end ``zerodb-server`` keeps its data: one database of the session's
+    redis-server (``--redis URL``) or the session's 3-master cluster (``--redis-cluster``).
+
+    The end-to-end modules run once on each: what they check is the server's behaviour,
+    which must not depend on the Redis deployment behind it."""
+
+    name: str
+    flag: str
+    address: str
+    flush: Callable[[], None]
+    node_ports: Callable[[], list[int]]
+    _client: Callable[[], redis.Redis | redis.RedisCluster]
+    _storage: Callable[..., Storage]
+
+    def client(self) -> redis.Redis | redis.RedisCluster:
+        """A redis-py client for the keys the server wrote (a cluster client routes by slot;
+        its ``scan_iter`` visits every master)."""
+        return self._client()
+
+    def storage(self, **kwargs) -> Storage:
+        """A storage of the backend's kind on the server's data (close it after use)."""
+        return self._storage(**kwargs)
+
+    def cli_args(self) -> list[str]:
+        """The options of ``zerodb-server stats`` (and other commands) naming it."""
+        return [self.flag, self.address]
+
+    def serve_on(self, server) -> None:
+        """Point a ``tests.server.test_server_e2e.ServerProcess``'s ``--storage`` option at
+        this backend (the tests' Redis keeps no AOF: ``--allow-volatile-redis``)."""
+        at = server.args.index("--storage")
+        server.args[at : at + 2] = self.cli_args()
+        server.args.append("--allow-volatile-redis")
+
+
+def _redis_backend(request, db: int) -> ServerBackend:
+    server: RedisServer = request.getfixturevalue("redis_server")
+    url = server.url(db)
+    return ServerBackend(
+        "redis",
+        "--redis",
+        url,
+        lambda: server.client(db).flushdb(),
+        lambda: [server.port],
+        lambda: server.client(db),
+        lambda **kwargs: RedisStorage(url, **kwargs),
+    )
+
+
+def _cluster_backend(request) -> ServerBackend:
+    from blob_server.storage.cluster import ClusterStorage
+
+    cluster = request.getfixturevalue("redis_cluster")
+    nodes = [redis.cluster.ClusterNode("127.0.0.1", node.port) for node in cluster.nodes]
+    return ServerBackend(
+        "cluster",
+        "--redis-cluster",
+        cluster.spec,
+        cluster.flush,
+        lambda: [node.port for node in cluster.masters()],
+        lambda: redis.RedisCluster(startup_nodes=nodes),
+        lambda **kwargs: ClusterStorage(cluster.spec, **kwargs),
+    )
+
+
+@pytest.fixture(scope="module", params=["redis", "cluster"])
+def server_backend(request) -> ServerBackend:
+    """The module's end-to-end backend, emptied: its ``REDIS_DB`` of the session's
+    redis-server, then the session's cluster. A module using it must be one xdist group
+    (``pytestmark = pytest.mark.xdist_group(...)``): its tests then run back to back on
+    one worker, so no other test's flush of the shared cluster lands between them."""
+    if request.param == "redis":
+        backend = _redis_backend(request, request.module.REDIS_DB)
+    else:
+        backend = _cluster_backend(request)
+    backend.flush()
+    return backend

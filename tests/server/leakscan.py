@@ -139,10 +139,11 @@ def flush_monitor(client: redis.Redis, capture: MonitorCapture, tag: bytes) -> N
 # -- the keyspace ------------------------------------------------------------------------------
 
 
-def keyspace(client: redis.Redis) -> tuple[list[bytes], bytes]:
-    """Return every key name of the client's database, and all their contents as one
-    buffer: the logical values by type and the ``DUMP`` serialisation of each key."""
-    names = sorted(client.scan_iter(count=1000))
+def keyspace(client: redis.Redis, names: list[bytes] | None = None) -> tuple[list[bytes], bytes]:
+    """Return every key name of the client's database (or ``names``), and all their
+    contents as one buffer: the logical values by type and the ``DUMP`` serialisation of
+    each key. A cluster client (``redis.RedisCluster``) reads every master."""
+    names = sorted(client.scan_iter(count=1000) if names is None else names)
     parts: list[bytes] = []
     pipe = client.pipeline(transaction=False)
     for name in names:

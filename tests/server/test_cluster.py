@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from collections import defaultdict
 
 import pytest
 
+from blob_server.cli import main as cli_main
 from blob_server.exceptions import StorageUnavailableError
 from blob_server.storage import Quota, RootRecord
 from blob_server.storage.cluster import OP_TIMEOUT, ClusterStorage
@@ -145,6 +147,8 @@ def cluster_fleet(redis_cluster, tmp_path, servers):
     by ``servers``), and key files for two tenants."""
     redis_cluster.flush()
     tenants, keys = register(tmp_path)
+    public = scale_out.WIRE_KEY.public_key.format().hex()  # for scale_out.wire_on
+    assert cli_main(["add-key", "acme", public, "--tenants", str(tenants)]) == 0
     for i in range(3):
         server = ClusterServerProcess(redis_cluster.spec, tenants, tmp_path / f"server{i}.log")
         servers.append(server)
@@ -161,6 +165,20 @@ def test_a_commit_through_one_process_is_pushed_to_the_others_on_a_cluster(clust
 
 def test_pushes_stay_within_the_tenant_and_database_on_a_cluster(cluster_fleet):
     scale_out.test_pushes_across_processes_stay_within_the_tenant_and_database(cluster_fleet)
+
+
+def test_a_killed_subscription_is_caught_up_on_a_cluster(cluster_fleet, redis_cluster):
+    """Every master's sharded subscriptions killed, three times: no client is left stale."""
+    scale_out.killed_subscriptions_are_caught_up(
+        cluster_fleet,
+        lambda: sum(scale_out.kill_subscribers(n.client()) for n in redis_cluster.masters()),
+    )
+
+
+def test_commit_leases_are_one_fifo_across_processes_on_a_cluster(cluster_fleet):
+    """The lease FIFO lives in the database's slot ``{S}``: a lease taken through one
+    process holds off the others, whose waiters get it in the order they asked."""
+    scale_out.test_commit_leases_are_one_fifo_across_processes(cluster_fleet)
 
 
 def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet, redis_cluster):
@@ -379,3 +397,45 @@ def test_live_resharding_during_commits_loses_no_acknowledged_commit(tmp_path, c
             )
     finally:
         cluster.stop()
+
+
+def test_scripts_are_reloaded_after_script_flush_on_every_master(
+    redis_cluster, cluster_storage_factory
+):
+    """A master that lost its scripts (restarted, or ``SCRIPT FLUSH``) answers NOSCRIPT:
+    every step (stage, commit, keyring, collection, the lease scripts) loads it again."""
+    store = cluster_storage_factory()
+
+    def flush() -> None:
+        for node in redis_cluster.masters():
+            node.client().script_flush()
+
+    staged, replaced = os.urandom(16), os.urandom(16)
+    flush()
+    store.stage("acme", "main", {staged: b"s"})
+    flush()
+    first = store.commit("acme", "main", expected_seq=0, root=b"r1", blobs={replaced: b"x"})
+    assert first.ok
+    flush()
+    blobs = {os.urandom(16): b"y"}
+    second = store.commit(
+        "acme", "main", expected_seq=1, root=b"r2", blobs=blobs, garbage=[replaced], staged=[staged]
+    )
+    assert second.ok
+    flush()
+    assert store.put_keyring("acme", "main", "k", b"ring", expected=None)
+    flush()
+    assert store.collect_garbage(retention=0) == 1  # the replaced blob
+    assert store.get_root("acme", "main").seq == 2
+    assert store.get_blobs("acme", "main", [replaced, staged]) == {staged: b"s"}
+
+    async def lease() -> None:
+        leases = store.commit_leases(5)
+        flush()
+        token = await leases.acquire("acme", "main", 1, 0, lambda: True)
+        assert token is not None
+        flush()
+        assert await leases.release("acme", "main", token)
+        await store.aclose()
+
+    asyncio.run(lease())

@@ -199,8 +199,9 @@ def assert_fair(outcome: Outcome, label: str) -> None:
 # -- through a blob server ----------------------------------------------------------------
 
 
-def _served(deployment: Deployment, storage: str, *flags: str):
+def _served(deployment: Deployment, storage: str, *flags: str, option: str = "--storage"):
     server = deployment.server(storage, *flags)
+    server.args[server.args.index("--storage")] = option  # or --redis-cluster
     server.start()
     with _open(server.port, str(deployment.key_file)) as db:  # the keyring, before the race
         assert len(db[Employee].all()) == 0
@@ -218,9 +219,11 @@ def _stop(server: ServerProcess) -> str:
 LONG = pytest.param(8, 20.0, marks=pytest.mark.slow, id="8-writers-20s")
 
 
-def _served_fairly(deployment, storage: str, writers: int, seconds: float, label: str) -> None:
+def _served_fairly(
+    deployment, storage: str, writers: int, seconds: float, label: str, *flags: str, **where: str
+) -> None:
     """Writers through a server on ``storage`` commit fairly, and every ack is stored."""
-    server = _served(deployment, storage)
+    server = _served(deployment, storage, *flags, **where)
     try:
         outcome = run_writers(
             deployment.tmp, server.port, deployment.key_file, writers, seconds=seconds
@@ -246,6 +249,18 @@ def test_writers_through_a_server_on_redis_commit_fairly(deployment, writers, se
         _served_fairly(deployment, store.url, writers, seconds, "server+redis")
     finally:
         store.kill()
+
+
+@pytest.mark.parametrize(("writers", "seconds"), [(6, RUN_SECONDS), LONG])
+def test_writers_through_a_server_on_a_cluster_commit_fairly(
+    deployment, redis_cluster, writers, seconds
+):
+    """On the session's 3-master cluster: the lease FIFO in the database's slot."""
+    redis_cluster.flush()
+    spec, flags = redis_cluster.spec, ("--allow-volatile-redis",)  # the nodes keep no AOF
+    _served_fairly(
+        deployment, spec, writers, seconds, "server+cluster", *flags, option="--redis-cluster"
+    )
 
 
 def test_writers_through_a_server_make_every_commit(deployment):

@@ -28,16 +28,17 @@ def run(coroutine):
 
 # -- the lease table -------------------------------------------------------------------------
 # Each test runs on the table of one process (memory) and on the one in Redis, which every
-# server process in front of that Redis shares (``blob_server.storage.redis_leases``).
+# server process in front of that Redis (or Redis Cluster) shares
+# (``blob_server.storage.redis_leases``).
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def make_leases(request):
     """``make_leases(timeout)``: a fresh lease table of the kind under test."""
     if request.param == "memory":
         yield MemoryCommitLeases
         return
-    factory = request.getfixturevalue("redis_storage_factory")
+    factory = request.getfixturevalue(f"{request.param}_storage_factory")
     yield lambda timeout: factory().commit_leases(timeout)
 
 

@@ -9,6 +9,9 @@ TLS, a default quota and a commit limit; tenants, keys and quotas made with the 
    commit naming them) and commits;
 3. the key file was pinned to the server at its first login, and another server (valid
    certificate, same tenant and key registered) is refused, naming both ids.
+
+Each test runs on one database of the session's redis-server and on the session's
+3-master cluster (``--redis-cluster``): the ``server_backend`` fixture.
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ from pathlib import Path
 import pytest
 
 from blob_server.limits import FAIRNESS_KEYS
-from blob_server.storage.redis import RedisStorage
 from tests.core.hr import Employee
+from tests.server.conftest import ServerBackend
 from tests.server.test_server_e2e import ServerProcess, run
 from tests.server.wire import self_signed_cert
 from zerodb_core import DB, AuthenticationError, QuotaExceededError
 from zerodb_core.keyfile import KeyFile
 
-REDIS_DB = 11  # apart from the storage tests (0) and test_redis_e2e (9, 10)
+pytestmark = pytest.mark.xdist_group("quota_e2e")  # see server_backend
+
+REDIS_DB = 11  # apart from the storage tests (0) and test_redis_e2e (9)
 PASSWORD = "quota end to end passphrase"
 MAX_BLOBS = 40
 MAX_COMMIT_BLOBS = 16
@@ -39,17 +44,12 @@ def cli(*args: str) -> str:
 class TlsServer(ServerProcess):
     def __init__(self, storage: str, tenants: Path, log: Path, cert: tuple, *extra: str):
         super().__init__(storage, tenants, log)
-        if storage.startswith("redis://"):
-            self.args[self.args.index("--storage")] = "--redis"
-            self.args.append("--allow-volatile-redis")  # the tests' Redis keeps no AOF
         self.args += ["--tls-cert", str(cert[0]), "--tls-key", str(cert[1]), *extra]
 
 
 @pytest.fixture(scope="module")
-def deployment(redis_server, tmp_path_factory):
+def deployment(server_backend, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quota_e2e")
-    url = redis_server.url(REDIS_DB)
-    redis_server.client(REDIS_DB).flushdb()
     cert = self_signed_cert(tmp)
     tenants = tmp / "tenants.json"
     cli("add-tenant", "acme", "--max-blobs", str(MAX_BLOBS), "--tenants", str(tenants))
@@ -67,14 +67,22 @@ def deployment(redis_server, tmp_path_factory):
         cli("add-key", tenant, public, "--tenants", str(tenants))
         keys[tenant] = path
     server = TlsServer(
-        url,
+        server_backend.address,
         tenants,
         tmp / "server.log",
         cert,
         *("--default-max-bytes", "64M", "--max-commit-blobs", str(MAX_COMMIT_BLOBS)),
     )
+    server_backend.serve_on(server)
     server.start()
-    yield {"url": url, "tmp": tmp, "cert": cert, "tenants": tenants, "keys": keys, "srv": server}
+    yield {
+        "backend": server_backend,
+        "tmp": tmp,
+        "cert": cert,
+        "tenants": tenants,
+        "keys": keys,
+        "srv": server,
+    }
     server.stop()
     log = server.log.read_text(errors="replace")
     assert "Traceback" not in log, log
@@ -91,14 +99,15 @@ def open_db(dep: dict, tenant: str, server: ServerProcess | None = None) -> DB:
     )
 
 
-def held_in_redis(redis_server, url: str, tenant: str, database: str) -> tuple[int, int]:
-    """Blobs and bytes (blobs + root + keyring slots) of one database, read from Redis."""
-    store = RedisStorage(url)
+def held_in_redis(backend: ServerBackend, tenant: str, database: str) -> tuple[int, int]:
+    """Blobs and bytes (blobs + root + keyring slots) of one database, read from Redis
+    (on the cluster: from every master)."""
+    store = backend.storage()
     try:
         scope = store._scope(tenant, database)
     finally:
         store.close()
-    client = redis_server.client(REDIS_DB)
+    client = backend.client()
     blob_keys = list(client.scan_iter(match=scope.blob_prefix + b"*", count=1000))
     size = sum(client.strlen(key) for key in blob_keys)
     size += client.hstrlen(scope.root, "data")
@@ -106,7 +115,7 @@ def held_in_redis(redis_server, url: str, tenant: str, database: str) -> tuple[i
     return len(blob_keys), size
 
 
-def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment, redis_server):
+def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment):
     dep = deployment
     with open_db(dep, "acme") as db:
         added = 0
@@ -122,10 +131,9 @@ def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment, r
         assert own["blobs"] <= MAX_BLOBS
 
         # The admin's view: exactly what Redis holds for the tenant.
-        blobs, size = held_in_redis(redis_server, dep["url"], "acme", "main")
-        report = json.loads(
-            cli("stats", "--redis", dep["url"], "--tenants", str(dep["tenants"]), "--json")
-        )
+        blobs, size = held_in_redis(dep["backend"], "acme", "main")
+        where = dep["backend"].cli_args()
+        report = json.loads(cli("stats", *where, "--tenants", str(dep["tenants"]), "--json"))
         by_name = {entry["tenant"]: entry for entry in report["tenants"]}
         acme = by_name["acme"]
         assert (acme["blobs"], acme["bytes"]) == (blobs, size) == (own["blobs"], own["bytes"])
@@ -133,7 +141,7 @@ def test_quota_on_redis_over_tls_reported_by_stats_and_lifted_live(deployment, r
         (database,) = acme["databases"]  # Redis holds no names: an opaque tag
         assert database["database"].startswith("tag:") and database["seq"] == seq
         assert "main" not in json.dumps(report)
-        table = cli("stats", "--redis", dep["url"], "--tenants", str(dep["tenants"]))
+        table = cli("stats", *where, "--tenants", str(dep["tenants"]))
         rows = [line.split() for line in table.splitlines()]
         fairness = ["default"] * len(FAIRNESS_KEYS)  # the server's connection and rate limits
         quota = [str(MAX_BLOBS), "default"]

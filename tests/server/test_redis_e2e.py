@@ -1,5 +1,6 @@
-"""End to end on the production stack: a real redis-server, ``zerodb-server serve --redis``
-as a subprocess, tenants and keys made with the CLI, ``DB((host, port), key_file=...)``.
+"""End to end on the production stack: a real redis-server (or 3-master cluster),
+``zerodb-server serve --redis`` (``--redis-cluster``) as a subprocess, tenants and keys
+made with the CLI, ``DB((host, port), key_file=...)``.
 
 One module-wide deployment (two tenants; every name a random marker) runs the workload
 under a raw ``MONITOR`` capture: 10,000 Employees loaded in transactions and queried,
@@ -9,8 +10,9 @@ full-text words, undeclared attribute and big integers are all markers. Then:
 1. the server process is restarted and a new ``DB`` gives the same answers;
 2. no marker (raw, UTF-16 LE/BE, base64 at 3 alignments std/url-safe, hex lower/upper;
    the integers also decimal and 8-byte BE/LE) is in any Redis key name or value, in the
-   MONITOR capture, or in the RDB file after ``SAVE``; key names are opaque. A planted
-   control marker is found in each of the three (the scanner reads what it claims to);
+   MONITOR capture, or in the RDB file after ``SAVE`` (on the cluster: of every master);
+   key names are opaque. A planted control marker (a ``ctl:`` key beside the server's) is
+   found in each of the three (the scanner reads what it claims to);
 3. tampering through redis-py (a byte, a swap, a deletion, an old root) makes a fresh
    client raise ``IntegrityError`` / ``FreshnessError``, never return wrong data;
 4. the second tenant cannot read, list, overwrite, commit to or subscribe to the first
@@ -18,6 +20,8 @@ full-text words, undeclared attribute and big integers are all markers. Then:
    are byte-for-byte unchanged afterwards.
 
 The tests share one Redis database and one server, so they run on one xdist worker.
+The module runs on one database of the session's redis-server and on the session's
+3-master cluster (the ``server_backend`` fixture).
 """
 
 from __future__ import annotations
@@ -34,11 +38,10 @@ import pytest
 import redis
 from coincurve import PrivateKey
 
-from blob_server.storage.redis import RedisStorage
 from blob_server.wire import protocol
 from tests.core.hr import Employee
 from tests.core.test_canary import int_needles, marker, text_needles
-from tests.server.conftest import RedisServer
+from tests.server.conftest import ServerBackend
 from tests.server.leakscan import FastScanner, MonitorCapture, flush_monitor, keyspace
 from tests.server.test_server_e2e import ServerProcess, run
 from tests.server.wire import Wire
@@ -51,32 +54,27 @@ from zerodb_core.query import Contains, Gt, InRange
 pytestmark = pytest.mark.xdist_group("redis_e2e")
 
 REDIS_DB = 9  # the blob server's database (the storage contract tests flush database 0)
-CONTROL_DB = 10  # the positive control lives here, outside the scanned keyspace
+CONTROL = b"ctl:"  # the positive control's key: beside the server's keys, told apart by name
 N_EMPLOYEES = 10_000
 BATCH = 2_500
 N_MARKED = 300
 NAMES = ["Ann", "Bob", "Cleo", "Dan", "Eve"]
 WORDS = ["kernel", "payroll", "audit", "printer", "network", "alpha", "beta"]
-KEY_NAME = re.compile(rb"zdb:(ns|gc|\{[0-9a-f]{32}\}:(root|s|g|p|k|c|u|d|b:[0-9a-f]{32}))")
-
-
-class RedisServerProcess(ServerProcess):
-    """``python -m blob_server.cli serve --redis URL`` (the production flag), on the
-    tests' throwaway Redis, which keeps no append-only file: so also
-    ``--allow-volatile-redis``."""
-
-    def __init__(self, url: str, tenants: Path, log: Path) -> None:
-        super().__init__(url, tenants, log)
-        self.args[self.args.index("--storage")] = "--redis"
-        self.args.append("--allow-volatile-redis")
+TAG = rb"[0-9a-f]{32}"
+KEY_NAME = {  # the key layouts of blob_server.storage.redis and .cluster
+    "redis": re.compile(rb"zdb:(ns|gc|\{%s\}:(root|s|g|p|k|c|u|d|b:%s))" % (TAG, TAG)),
+    "cluster": re.compile(
+        rb"zdb:(ns|gct?:[0-9a-f]|b:%s:%s|\{%s\}:(root|s|g|p|k|c|o|u|d|j))" % (TAG, TAG, TAG)
+    ),
+}
+BLOB_READ = {"redis": b'"MGET"', "cluster": b'"GET"'}  # one per backend's get_blobs
 
 
 @dataclass
 class Deployment:
-    redis: RedisServer
-    url: str
+    backend: ServerBackend
     tmp: Path
-    server: RedisServerProcess
+    server: ServerProcess
     tenant_a: str
     tenant_b: str
     keys: dict[str, Path]
@@ -108,12 +106,12 @@ class Deployment:
             self._scanner = FastScanner(self.secrets)
         return self._scanner
 
-    def admin(self, db: int = REDIS_DB) -> redis.Redis:
-        return self.redis.client(db)
+    def admin(self) -> redis.Redis | redis.RedisCluster:
+        return self.backend.client()
 
     def scope(self, database: str, tenant: str | None = None):
         """The key names of a database, as anyone who can read ``zdb:ns`` computes them."""
-        store = RedisStorage(self.url)
+        store = self.backend.storage()
         try:
             return store._scope(tenant or self.tenant_a, database)
         finally:
@@ -202,12 +200,10 @@ def load_marked(dep: Deployment, model_name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
+def dep(server_backend, tmp_path_factory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("redis-e2e")
-    admin, control = redis_server.client(REDIS_DB), redis_server.client(CONTROL_DB)
-    admin.flushdb()
-    control.flushdb()
-    capture = MonitorCapture(redis_server.port)
+    admin = server_backend.client()
+    captures = [MonitorCapture(port) for port in server_backend.node_ports()]
     tenants = tmp / "tenants.json"
     tenant_a, tenant_b = marker("ta"), marker("tb")
     password = marker("pw")
@@ -230,12 +226,11 @@ def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
         run("-m", "blob_server.cli", "add-key", tenant, public, "--tenants", str(tenants))
     listing = run("-m", "blob_server.cli", "list-tenants", "--tenants", str(tenants))
     assert tenant_a in listing and tenant_b in listing
-    url = redis_server.url(REDIS_DB)
-    server = RedisServerProcess(url, tenants, tmp / "server.log")
+    server = ServerProcess(server_backend.address, tenants, tmp / "server.log")
+    server_backend.serve_on(server)
     server.start()
     dep = Deployment(
-        redis=redis_server,
-        url=url,
+        backend=server_backend,
         tmp=tmp,
         server=server,
         tenant_a=tenant_a,
@@ -248,12 +243,12 @@ def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
         before={},
     )
     try:
-        # The positive control: a marker Redis sees (MONITOR) and keeps (RDB), in another
-        # database, in forms that only an unescaped capture or a raw file read can show.
+        # The positive control: a marker Redis sees (MONITOR) and keeps (RDB), under a
+        # key of its own, in forms that only an unescaped capture or a raw file read can show.
         control_text, control_int = marker("ct"), secrets.randbits(62) | 1 << 61
         dep.control = {**text_needles(control_text), **int_needles(control_int)}
-        control.set(
-            b"ctl:" + control_text.encode(),
+        admin.set(
+            CONTROL + control_text.encode(),
             os.urandom(64)
             + control_text.encode("utf-16-le")
             + os.urandom(64)
@@ -271,13 +266,15 @@ def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
         for name in (tenant_a, tenant_b, dep.employees_db, dep.marked_db, dep.username):
             dep.secrets.update(text_needles(name))
         dep.secrets.update(text_needles(password))
-        flush_monitor(admin, capture, b"end-of-workload-" + secrets.token_hex(8).encode())
+        for port, capture in zip(server_backend.node_ports(), captures, strict=True):
+            node = redis.Redis(port=port)
+            flush_monitor(node, capture, b"end-of-workload-" + secrets.token_hex(8).encode())
+            node.close()
     finally:
-        dep.capture = capture.stop()
+        dep.capture = b"".join(capture.stop() for capture in captures)
     yield dep
     server.stop()
     admin.close()
-    control.close()
     log = server.log.read_text(errors="replace")
     assert "Traceback" not in log, log
 
@@ -292,8 +289,9 @@ def test_10000_employees_same_answers_after_a_restart(dep):
         assert before[name], name
     assert 0 < before["eq_len"] < N_EMPLOYEES and 0 < before["range_len"] < N_EMPLOYEES
     assert before["text_len"] > 0 and before["get"]["surname"] == "S4320"
-    stats = dep.admin().hgetall(dep.scope(dep.employees_db).stats)
-    assert int(stats[b"blobs"]) > 100  # the data is in Redis, not somewhere else
+    prefix = dep.scope(dep.employees_db).blob_prefix
+    blobs = list(dep.admin().scan_iter(match=prefix + b"*", count=1000))
+    assert len(blobs) > 100  # the data is in Redis, not somewhere else
 
     old_port = dep.server.port
     dep.server.stop()
@@ -319,19 +317,22 @@ def test_scanner_finds_every_encoding_at_every_position():
 
 
 def test_no_marker_in_any_redis_key_or_value(dep):
-    names, values = keyspace(dep.admin())
-    assert len(names) > 100 and len(values) > 1_000_000
+    admin = dep.admin()
+    every = list(admin.scan_iter(count=1000))
+    controls = [name for name in every if name.startswith(CONTROL)]
+    names, values = keyspace(admin, [name for name in every if name not in controls])
+    assert len(controls) == 1 and len(names) > 100 and len(values) > 1_000_000
     scanner = dep.scanner()
     assert scanner.find(b"\n".join(names)) == []
     assert scanner.find(values) == []
     for name in names:  # opaque: fixed prefixes, a 128-bit tag, 128-bit blob ids
-        assert KEY_NAME.fullmatch(name), name
+        assert KEY_NAME[dep.backend.name].fullmatch(name), name
     # The tenant's two databases (and more from other tests) are different scopes.
     tags = {m.group(0) for n in names for m in [re.search(rb"\{[0-9a-f]{32}\}", n)] if m}
     assert len(tags) >= 2
     # Positive control: the same scan of the control database finds the planted marker,
     # in its key name (UTF-8) and inside its value (UTF-16, 8-byte little-endian).
-    control_names, control_values = keyspace(dep.admin(CONTROL_DB))
+    control_names, control_values = keyspace(admin, controls)
     found = FastScanner(dep.control).find(b"\n".join(control_names) + control_values)
     assert any("utf-8" in hit for hit in found)
     assert any("utf-16-le" in hit for hit in found)
@@ -341,15 +342,17 @@ def test_no_marker_in_any_redis_key_or_value(dep):
 def test_no_marker_in_the_monitor_capture(dep):
     capture = dep.capture
     assert len(capture) > 1_000_000
-    assert capture.count(b'"EVALSHA"') >= 8 and b'"MGET"' in capture  # commits and reads
+    read = BLOB_READ[dep.backend.name]
+    assert capture.count(b'"EVALSHA"') >= 8 and read in capture  # commits and reads
     assert dep.scanner().find(capture) == []
     found = FastScanner(dep.control).find(capture)
     assert any("utf-16-le" in hit for hit in found), "MONITOR capture not unescaped?"
     assert any("little-endian" in hit for hit in found)
 
 
-def test_no_marker_in_the_rdb_file_after_save(dep):
-    admin = dep.admin()
+def saved_rdb(port: int) -> bytes:
+    """``SAVE`` on one redis-server, uncompressed, and its RDB file."""
+    admin = redis.Redis(port=port)
     compression = admin.config_get("rdbcompression")["rdbcompression"]
     admin.config_set("rdbcompression", "no")  # LZF could hide a plaintext value
     try:
@@ -357,8 +360,15 @@ def test_no_marker_in_the_rdb_file_after_save(dep):
     finally:
         admin.config_set("rdbcompression", compression)
     config = admin.config_get("dir") | admin.config_get("dbfilename")
+    admin.close()
     rdb = (Path(config["dir"]) / config["dbfilename"]).read_bytes()
-    assert rdb.startswith(b"REDIS") and len(rdb) > 1_000_000
+    assert rdb.startswith(b"REDIS")
+    return rdb
+
+
+def test_no_marker_in_the_rdb_file_after_save(dep):
+    rdb = b"".join(saved_rdb(port) for port in dep.backend.node_ports())
+    assert len(rdb) > 1_000_000
     assert dep.scanner().find(rdb) == []
     found = FastScanner(dep.control).find(rdb)
     assert any("utf-16-le" in hit for hit in found), "RDB not read?"
@@ -455,7 +465,8 @@ def test_two_blobs_swapped(dep, victim):
     a, b = victim.scope.blob(victim.read[0]), victim.scope.blob(victim.read[-1])
     data_a, data_b = admin.get(a), admin.get(b)
     assert data_a != data_b
-    admin.mset({a: data_b, b: data_a})
+    admin.set(a, data_b)  # two SETs: on a cluster the keys are in different slots
+    admin.set(b, data_a)
     fresh_client_raises(dep, victim, match="swapped or moved")
 
 
@@ -538,9 +549,14 @@ def test_any_single_byte_flip_raises_or_changes_nothing(dep, victim):
 # -- 4. isolation between tenants --------------------------------------------------------------
 
 
-def snapshot(client: redis.Redis, tags: set[bytes]) -> dict[bytes, bytes]:
+def owned(key: bytes, scope) -> bool:
+    """Whether the key is one of the scope's (on a cluster its blobs carry no hash tag)."""
+    return key.startswith((b"zdb:{" + scope.tag + b"}:", scope.blob_prefix))
+
+
+def snapshot(client: redis.Redis, scopes: list) -> dict[bytes, bytes]:
     """Every key of these scopes, DUMPed (type, value and encoding), by name."""
-    keys = [k for k in client.scan_iter(count=1000) if any(b"{" + t + b"}" in k for t in tags)]
+    keys = [k for k in client.scan_iter(count=1000) if any(owned(k, s) for s in scopes)]
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.dump(key)
@@ -549,7 +565,7 @@ def snapshot(client: redis.Redis, tags: set[bytes]) -> dict[bytes, bytes]:
 
 def collect_all_garbage(dep) -> None:
     """What the server's collector does, now and with no retention window."""
-    store = RedisStorage(dep.url)
+    store = dep.backend.storage()
     try:
         store.collect_garbage(retention=0)
     finally:
@@ -604,9 +620,8 @@ def test_second_tenant_cannot_reach_the_first_tenants_databases(dep):
     admin = dep.admin()
     targets = [dep.employees_db, dep.marked_db]
     scopes = {db: dep.scope(db) for db in targets}
-    tags = {s.tag for s in scopes.values()}
     collect_all_garbage(dep)  # so that only garbage made during this test can go
-    before = snapshot(admin, tags)
+    before = snapshot(admin, list(scopes.values()))
     assert len(before) > 100
     roots = {db: admin.hgetall(s.root) for db, s in scopes.items()}
     blob_ids = {
@@ -703,9 +718,9 @@ def test_second_tenant_cannot_reach_the_first_tenants_databases(dep):
     employees = scopes[dep.employees_db]
     replaced = {employees.blob_prefix + m for m in admin.zrange(employees.garbage, 0, -1)}
     collect_all_garbage(dep)
-    after = snapshot(admin, tags)
+    after = snapshot(admin, list(scopes.values()))
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    outside = sorted(k for k in changed if not k.startswith(b"zdb:{" + employees.tag + b"}:"))
+    outside = sorted(k for k in changed if not owned(k, employees))
     assert changed and not outside, outside
     for key, value in before.items():
         if employees.blob_prefix in key and key not in after:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from coincurve import PrivateKey
@@ -31,7 +31,7 @@ from tests.server.test_push import (
     seed,
     wait_for_seq,
 )
-from tests.server.test_redis_e2e import RedisServerProcess
+from tests.server.test_server_e2e import RedisServerProcess
 from tests.server.wire import InProcessServer, Wire, registry_with
 
 REDIS_DB = 13  # apart from the storage tests (0, 3) and the other e2e tests (9 to 12)
@@ -118,6 +118,13 @@ def kill_subscribers(admin) -> int:
 
 
 def test_a_killed_subscription_is_caught_up_not_left_stale(fleet, redis_server):
+    admin = redis_server.client(REDIS_DB)
+    killed_subscriptions_are_caught_up(fleet, lambda: kill_subscribers(admin))
+
+
+def killed_subscriptions_are_caught_up(fleet, kill: Callable[[], int]) -> None:
+    """Three times: ``kill`` every feed's pub/sub connection, then commit through one
+    process; a client subscribed through another process sees the commit."""
     (a, b, _), keys = fleet
     with (
         open_db(a, keys["acme"], "killed") as writer,
@@ -125,9 +132,8 @@ def test_a_killed_subscription_is_caught_up_not_left_stale(fleet, redis_server):
     ):
         seed(writer, n=20)
         assert eq_query(reader) == eq_query(writer)
-        admin = redis_server.client(REDIS_DB)
         for i in range(3):
-            assert kill_subscribers(admin) >= 2
+            assert kill() >= 2
             writer.add(Employee(name="Ann", surname=f"K{i}", salary=1, description="x"))
             committed = writer.stats()["seq"]
             # Whether the commit came before the feed subscribed again (caught up by
@@ -155,8 +161,10 @@ def test_a_feed_that_cannot_reconnect_makes_clients_read_roots(fleet, redis_serv
         try:
             assert kill_subscribers(admin) >= 2
             deadline = time.monotonic() + 10
-            while reader.transport.known_root_seq("cut") is not None:
-                assert time.monotonic() < deadline, "the subscribed client was not cut off"
+            # Both: the writer is subscribed through its own process, whose feed was
+            # killed too; a commit sent before its cut-off would be dropped mid-write.
+            while any(db.transport.known_root_seq("cut") is not None for db in (reader, writer)):
+                assert time.monotonic() < deadline, "the subscribed clients were not cut off"
                 time.sleep(0.01)
             writer.add(Employee(name="Ann", surname="cut", salary=1, description="x"))
             reads = count_root_reads(reader)
@@ -247,14 +255,28 @@ def test_commit_leases_are_one_fifo_across_processes(fleet):
 # -- in-process: the feeds themselves ---------------------------------------------------------
 
 
-def test_a_change_published_while_the_feed_was_cut_is_caught_up(
-    redis_storage_factory, redis_server
-):
+@pytest.fixture(params=["redis", "cluster"])
+def feed_backend(request) -> tuple[Callable, Callable[[], int]]:
+    """A storage factory, and how to kill every pub/sub connection of its Redis (on the
+    cluster: of every master, where the sharded subscriptions are)."""
+    if request.param == "redis":
+        server = request.getfixturevalue("redis_server")
+        return request.getfixturevalue("redis_storage_factory"), lambda: kill_subscribers(
+            server.client()
+        )
+    cluster = request.getfixturevalue("redis_cluster")
+    return request.getfixturevalue("cluster_storage_factory"), lambda: sum(
+        kill_subscribers(node.client()) for node in cluster.masters()
+    )
+
+
+def test_a_change_published_while_the_feed_was_cut_is_caught_up(feed_backend):
     """Pub/sub delivers at most once: a commit published while the feed's connection was
     dead reaches nobody. The feed reconnects and reads the seqs, so it is delivered anyway."""
+    factory, kill = feed_backend
 
     async def scenario() -> None:
-        storage = redis_storage_factory()
+        storage = factory()
         got: list[tuple[str, str, int]] = []
         lost: list[bool] = []
         feed = storage.root_changes(lambda *change: got.append(change), lambda: lost.append(True))
@@ -265,7 +287,7 @@ def test_a_change_published_while_the_feed_was_cut_is_caught_up(
                 await asyncio.sleep(0.005)
             # Blocking calls: the feed's loop does not run between the kill and the
             # commit, so the commit is published while nobody is subscribed.
-            assert redis_server.client().client_kill_filter(_type="pubsub") >= 1
+            assert kill() >= 1
             storage.commit("acme", "main", expected_seq=1, root=b"r2", blobs={})
             deadline = time.monotonic() + 10
             while ("acme", "main", 2) not in got:

@@ -87,6 +87,17 @@ class ServerProcess:
                 self.process.wait()
 
 
+class RedisServerProcess(ServerProcess):
+    """``python -m blob_server.cli serve --redis URL`` (the production flag), on the
+    tests' throwaway Redis, which keeps no append-only file: so also
+    ``--allow-volatile-redis``."""
+
+    def __init__(self, url: str, tenants: Path, log: Path) -> None:
+        super().__init__(url, tenants, log)
+        self.args[self.args.index("--storage")] = "--redis"
+        self.args.append("--allow-volatile-redis")
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """Two tenants with one key file each, registered through the CLI; a running server."""

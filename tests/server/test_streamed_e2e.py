@@ -5,6 +5,9 @@ small request limits (``--max-commit-bytes 1M --max-commit-blobs 256``), real cl
 2. a 10,000-record import in one transaction commits through ``DB`` and reads back;
 3. a client killed between its stage requests and its commit leaves orphans: they hold
    the tenant's quota until the collector deletes them after the staging timeout.
+
+Each test runs on one database of the session's redis-server and on the session's
+3-master cluster (``--redis-cluster``): the ``server_backend`` fixture.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ from dataclasses import dataclass
 import pytest
 from coincurve import PrivateKey
 
-from blob_server.storage.redis import RedisStorage
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
+from tests.server.conftest import ServerBackend
 from tests.server.test_server_e2e import ROOT, ServerProcess
 from tests.server.wire import registry_with
 from zerodb_core import DB, QuotaExceededError
 from zerodb_core.keyfile import KeyFile
 from zerodb_core.transport.remote import RemoteTransport
 
-REDIS_DB = 12  # apart from the storage tests (0), test_redis_e2e (9, 10), quota e2e (11)
+pytestmark = pytest.mark.xdist_group("streamed_e2e")  # see server_backend
+
+REDIS_DB = 12  # apart from the storage tests (0), test_redis_e2e (9), quota e2e (11)
 PASSWORD = "streamed end to end passphrase"
 MAX_COMMIT_BLOBS = 256
 MAX_COMMIT_BYTES = 1 << 20
@@ -37,7 +42,7 @@ MAX_COMMIT_BYTES = 1 << 20
 
 @dataclass
 class Deployment:
-    url: str
+    backend: ServerBackend
     server: ServerProcess
     registry: TenantRegistry
     key: PrivateKey
@@ -48,18 +53,15 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def dep(redis_server, tmp_path_factory) -> Iterator[Deployment]:
+def dep(server_backend, tmp_path_factory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("streamed_e2e")
-    url = redis_server.url(REDIS_DB)
-    redis_server.client(REDIS_DB).flushdb()
     key = PrivateKey()
     registry = registry_with(tmp / "tenants.json", acme=[key])
-    server = ServerProcess(url, registry.path, tmp / "server.log")
-    server.args[server.args.index("--storage")] = "--redis"
-    server.args.append("--allow-volatile-redis")  # the tests' Redis keeps no AOF
+    server = ServerProcess(server_backend.address, registry.path, tmp / "server.log")
+    server_backend.serve_on(server)
     server.args += ["--max-commit-bytes", "1M", "--max-commit-blobs", str(MAX_COMMIT_BLOBS)]
     server.start()
-    yield Deployment(url, server, registry, key)
+    yield Deployment(server_backend, server, registry, key)
     server.stop()
     log = server.log.read_text(errors="replace")
     assert "Traceback" not in log, log
@@ -143,8 +145,8 @@ def test_a_client_killed_mid_upload_leaves_orphans_that_are_collected(dep):
 
         # Within the staging timeout the collector keeps them (their client might still
         # commit); an hour later (the default timeout) it deletes them.
-        storage = RedisStorage(dep.url)
-        later = RedisStorage(dep.url, clock=lambda: time.time() + 3600)
+        storage = dep.backend.storage()
+        later = dep.backend.storage(clock=lambda: time.time() + 3600)
         try:
             assert storage.collect_garbage() == 0
             assert later.collect_garbage() == 768
