@@ -15,6 +15,7 @@ import json
 import math
 import random
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -260,13 +261,28 @@ register(fn.Radians, strict(_real(math.radians)))
 # -- identifiers --------------------------------------------------------------------------
 
 _MILLISECOND = 1_000_000  # nanoseconds
+# One step of the 12 bits of sub-millisecond time, rounded up (1 ms / 4096).
+_STEP = _MILLISECOND // 4096 + 1
+_clock_lock = threading.Lock()
+_last_clock = 0
+
+
+def _rising_clock() -> int:
+    """``time.time_ns()``, but always at least one step past the last value it gave,
+    as PostgreSQL keeps its ``uuidv7()`` time rising within a backend: a clock that
+    steps back or ticks coarsely must not make later values sort earlier."""
+    global _last_clock
+    with _clock_lock:
+        _last_clock = max(time.time_ns(), _last_clock + _STEP)
+        return _last_clock
 
 
 def uuid7(shift: datetime.timedelta | None = None) -> uuid.UUID:
     """A version 7 UUID (RFC 9562) as PostgreSQL 18's ``uuidv7()`` makes it: the Unix
     time in milliseconds (moved by ``shift``), 12 bits of sub-millisecond time (so that
-    values made one after another sort in time, RFC 9562's method 3), 62 random bits."""
-    nanoseconds = time.time_ns()
+    values made one after another in this process sort in the order they were made,
+    RFC 9562's method 3), 62 random bits."""
+    nanoseconds = _rising_clock()
     if shift is not None:
         if not isinstance(shift, datetime.timedelta):
             raise DataError(f"the shift of UUID7 must be an interval, not {shift!r}")

@@ -61,13 +61,14 @@ def query_examples(parser: QueryParser) -> list[OpenApiExample]:
     bodies its endpoint accepts: a range on its first number or date field with an
     equality on its first text field (ordered by the range's field), and a full-text
     search when the model has a TextIndex the endpoint may search."""
-    ranged = next((n for n in parser.fields if _sample_range(parser.field(n))), None)
+    ranges = ((n, _sample_range(parser.field(n))) for n in parser.fields)
+    ranged, bounds = next(((n, r) for n, r in ranges if r is not None), (None, None))
     text = next((n for n in parser.fields if _is_text(parser.field(n))), None)
     examples = []
     condition: dict[str, object] = {}
     body: dict[str, object] = {"filter": condition}
-    if ranged is not None:
-        low, high = _sample_range(parser.field(ranged)) or (None, None)
+    if ranged is not None and bounds is not None:
+        low, high = bounds
         condition[ranged] = {"$gte": low, "$lte": high}
         body["order_by"] = [f"-{ranged}"]
     if text is not None:

@@ -64,6 +64,7 @@ from zerodb_core.transport.connection import (
     ClosedByServerError,
     Connection,
     DroppedError,
+    OnPush,
     login,
     open_socket,
 )
@@ -255,7 +256,7 @@ class RemoteTransport(Transport):
 
     # -- requests --------------------------------------------------------------------------
 
-    def _on_push(self, conn: Connection) -> Any:
+    def _on_push(self, conn: Connection) -> OnPush | None:
         """Where pushes read on ``conn`` go: the subscriptions for the primary; nowhere
         for a pooled connection (it never subscribes)."""
         return self._subscriptions.pushed if conn is self._primary else None
