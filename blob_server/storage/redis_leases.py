@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from blob_server.exceptions import StorageUnavailableError
 from blob_server.leases import MAX_LEASE_WAIT, TOKEN_BYTES, CommitLeases, check_lease_timeout
@@ -41,6 +41,10 @@ from blob_server.leases import MAX_LEASE_WAIT, TOKEN_BYTES, CommitLeases, check_
 if TYPE_CHECKING:
     from blob_server.storage.cluster import ClusterStorage
     from blob_server.storage.redis import RedisStorage
+
+#: What redis-py raises when Redis does not answer: ``RedisError``s, and on a cluster
+#: ``RedisClusterException``s (no node reachable), which are not ``RedisError``s.
+_REDIS_ERRORS = (RedisError, RedisClusterException)
 
 #: Seconds between a waiter's first polls, and at most (it backs off by doubling).
 POLL_FIRST = 0.002
@@ -127,7 +131,7 @@ class RedisCommitLeases(CommitLeases):
             if self._leave is None:
                 self._leave = client.register_script(_LEAVE)
             return int(await self._leave(keys=keys[:3], args=args, client=client))
-        except RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise StorageUnavailableError(f"Redis at {self._storage.url}: {exc}") from exc
 
     async def acquire(
@@ -203,7 +207,7 @@ class RedisCommitLeases(CommitLeases):
         prefix = keys[0] if keys else (await self._storage.scope_prefix(tenant, database)) + b"lh"
         try:
             holder = await self._storage.async_client().get(prefix)
-        except RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise StorageUnavailableError(f"Redis at {self._storage.url}: {exc}") from exc
         return holder is not None and holder != token
 
@@ -220,7 +224,7 @@ class RedisCommitLeases(CommitLeases):
             pipe.exists(prefix + b"lh")
             pipe.zcard(prefix + b"lq")
             held, waiting = await pipe.execute()
-        except RedisError as exc:
+        except _REDIS_ERRORS as exc:
             raise StorageUnavailableError(f"Redis at {self._storage.url}: {exc}") from exc
         return {"held": int(held), "waiting": int(waiting)}
 

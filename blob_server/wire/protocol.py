@@ -410,19 +410,20 @@ def write_frame(writer: asyncio.StreamWriter, frame: tuple[bytes | memoryview, .
     ``sendmsg``), then one ``write`` of those two joined. Why that shape:
 
     * Python 3.12's ``writelines`` raises AttributeError on a transport the peer has just
-      reset (found by the fuzz test), where ``write`` counts the lost connection: hence
-      the check first.
+      reset (found by the fuzz test), and uvloop's ``write`` raises RuntimeError on one
+      the server closed (a subscribed connection cut off while its request was being
+      answered): hence the check first, for every frame.
     * It never pauses the protocol either, so ``drain()`` would not wait for a slow
       reader; a ``write`` last does pause when the buffer is over its high-water mark.
     * That last write must carry more than a get_blobs answer's few closing bytes: sent
       alone they cost the peer one more wake-up (docs/performance.md). The last blob goes
       with them (copied, unless it is large).
     """
+    if writer.transport.is_closing():
+        return False
     if len(frame) == 1 or sum(map(len, frame)) <= SMALL_FRAME_BYTES:
         writer.write(b"".join(frame))
         return True
-    if writer.transport.is_closing():
-        return False
     split = -2 if len(frame[-2]) <= SMALL_FRAME_BYTES else -1
     writer.writelines(frame[:split])
     writer.write(b"".join(frame[split:]))

@@ -3,7 +3,9 @@ node in a directory of its own, joined with ``redis-cli --cluster create``.
 
 Ports are free loopback ports below 55536, so the cluster bus (port + 10000) fits too;
 never 6379. Nodes keep no RDB; ``appendonly`` is off unless a test asks (the failover
-tests count on replicas and ``WAIT``, not on the disk).
+tests count on replicas and ``WAIT``, not on the disk). A cluster can be SIGKILLed and
+restarted whole (``kill``, ``start``): every node comes back on its port and directory,
+with its ``nodes.conf`` (so the same node ids and slots) and its append-only file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from blob_server.storage.cluster import ClusterStorage
 from tests.server.conftest import INSTALL_HINT, PrivateRedis, stop_redis_server
 
 
@@ -114,6 +117,34 @@ class LocalCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+    # The crash tests' interface, shared with ``PrivateRedis`` (``kill``, ``start``,
+    # ``serve_args``): the whole deployment dies and comes back at once.
+
+    def kill(self) -> None:
+        """SIGKILL every node: what each append-only file holds is all that survives."""
+        for node in self.nodes:
+            node.kill()
+
+    def start(self) -> None:
+        """Restart every node from its own directory (``nodes.conf``, AOF) on its port,
+        and wait until every node says the cluster is ok (every slot served) again."""
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                node.start()
+        self.wait_ok()
+
+    def serve_args(self) -> list[str]:
+        """How ``zerodb-server serve`` is pointed at this cluster."""
+        return ["--redis-cluster", self.spec]
+
+    def storage(self, **kwargs) -> ClusterStorage:
+        """A storage on this cluster (close it after use)."""
+        return ClusterStorage(self.spec, **kwargs)
+
+    def node_clients(self) -> list[redis.Redis]:
+        """A client of every node holding data: the masters."""
+        return [node.client() for node in self.masters()]
 
 
 def start_cluster(

@@ -158,6 +158,18 @@ class PrivateRedis:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_connect_timeout=0.5)
 
+    def serve_args(self) -> list[str]:
+        """How ``zerodb-server serve`` is pointed at this Redis."""
+        return ["--redis", self.url]
+
+    def storage(self, **kwargs) -> RedisStorage:
+        """A storage on this Redis (close it after use)."""
+        return RedisStorage(self.url, **kwargs)
+
+    def node_clients(self) -> list[redis.Redis]:
+        """A client of every node holding data: this one."""
+        return [self.client()]
+
     def start(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -196,6 +208,24 @@ class PrivateRedis:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def aof_store(request, tmp_path):
+    """A deployment of the test's own that persists every write before answering
+    (``appendonly yes``, ``appendfsync always``) and can be SIGKILLed and restarted as a
+    whole (``kill``, ``start``; ``serve_args``, ``storage``, ``node_clients``): a
+    ``PrivateRedis``, then a 3-master ``tests.server.cluster.LocalCluster``. Killed after
+    the test."""
+    if request.param == "redis":
+        store = PrivateRedis(tmp_path / "redis")
+        store.start()
+    else:
+        from tests.server.cluster import start_cluster
+
+        store = start_cluster(tmp_path / "cluster", appendonly="yes", appendfsync="always")
+    yield store
+    store.kill()
 
 
 @pytest.fixture

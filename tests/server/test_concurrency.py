@@ -88,7 +88,8 @@ def make_deployment(tmp_path: Path) -> Deployment:
 def _stop(server: ServerProcess) -> None:
     server.stop()
     log = server.log.read_text(errors="replace")
-    assert "Traceback" not in log and "event=op_failed" not in log, log[-4000:]
+    for failure in ("Traceback", "event=op_failed", "event=connection_failed"):
+        assert failure not in log, log[-4000:]
 
 
 # -- checking a database -----------------------------------------------------------------------
