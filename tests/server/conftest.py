@@ -210,20 +210,25 @@ class PrivateRedis:
             self.process.wait()
 
 
+def start_store(kind: str, directory: Path, **options: str | tuple[str, ...]):
+    """A running deployment of one test: a ``PrivateRedis`` (``kind`` "redis") or a
+    3-master ``tests.server.cluster.LocalCluster`` ("cluster"), every node persisting with
+    ``appendonly yes`` and ``appendfsync always`` unless ``options`` say otherwise. Both
+    can be SIGKILLed and restarted as a whole (``kill``, ``start``) and name themselves
+    to ``serve`` (``serve_args``); ``storage`` and ``node_clients`` reach their data."""
+    if kind == "redis":
+        store = PrivateRedis(directory, **options)
+        store.start()
+        return store
+    from tests.server.cluster import start_cluster
+
+    return start_cluster(directory, **{"appendonly": "yes", "appendfsync": "always", **options})
+
+
 @pytest.fixture(params=["redis", "cluster"])
 def aof_store(request, tmp_path):
-    """A deployment of the test's own that persists every write before answering
-    (``appendonly yes``, ``appendfsync always``) and can be SIGKILLed and restarted as a
-    whole (``kill``, ``start``; ``serve_args``, ``storage``, ``node_clients``): a
-    ``PrivateRedis``, then a 3-master ``tests.server.cluster.LocalCluster``. Killed after
-    the test."""
-    if request.param == "redis":
-        store = PrivateRedis(tmp_path / "redis")
-        store.start()
-    else:
-        from tests.server.cluster import start_cluster
-
-        store = start_cluster(tmp_path / "cluster", appendonly="yes", appendfsync="always")
+    """``start_store`` with its defaults: one Redis, then a cluster; killed after the test."""
+    store = start_store(request.param, tmp_path / request.param)
     yield store
     store.kill()
 

@@ -5,7 +5,9 @@ Every Redis here is a real ``redis-server`` of the test (``PrivateRedis``), conf
 as an operator would: with the append-only file and ``appendfsync always``,
 ``everysec`` or ``no``; without it (the default of a fresh redis-server); and with
 ``CONFIG`` renamed away, as managed Redis services do. The server is the real CLI in a
-subprocess, and the clients are ``DB`` over the network.
+subprocess, and the clients are ``DB`` over the network. What ``serve`` accepts and
+announces runs on a 3-master Redis Cluster too (``--redis-cluster``, every node so
+configured; ``ClusterStorage.durability`` reports the weakest node, see test_cluster).
 
 * ``RedisStorage.durability()`` reads ``appendonly`` and ``appendfsync``;
 * ``serve`` refuses a Redis without the append-only file, saying why and what to do,
@@ -37,7 +39,8 @@ from blob_server.server import BlobServer
 from blob_server.storage import MemoryStorage, RedisStorage
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
-from tests.server.conftest import PrivateRedis
+from tests.server.conftest import start_store
+from tests.server.crash import server_on
 from tests.server.test_server_e2e import ROOT, ServerProcess, run
 from tests.server.wire import InProcessServer, registry_with
 from zerodb_core import DB, IntegrityError, StoreUnavailableError
@@ -60,20 +63,31 @@ def tenants(tmp_path) -> tuple[Path, Path]:
     return registry.path, tmp_path / "acme.zdbkey"
 
 
-@pytest.fixture
-def private_redis(tmp_path):
-    """Start PrivateRedis servers with the options given; all are killed afterwards."""
-    started: list[PrivateRedis] = []
+def _starter(kind: str, tmp_path: Path):
+    """Start deployments of ``kind`` with the options given; all are killed afterwards."""
+    started: list = []
 
-    def start(name: str, **options) -> PrivateRedis:
-        store = PrivateRedis(tmp_path / name, **options)
-        store.start()
+    def start(name: str, **options):
+        store = start_store(kind, tmp_path / name, **options)
         started.append(store)
         return store
 
     yield start
     for store in started:
         store.kill()
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """Start PrivateRedis servers with the options given."""
+    yield from _starter("redis", tmp_path)
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def private_store(request, tmp_path):
+    """Start PrivateRedis servers, then 3-master clusters each node of which has the
+    options given: what ``serve`` accepts and announces must not depend on which."""
+    yield from _starter(request.param, tmp_path)
 
 
 def durability_of(url: str):
@@ -84,9 +98,9 @@ def durability_of(url: str):
         store.close()
 
 
-def serve_refused(url: str, tenants: Path, *flags: str) -> str:
-    """Run ``serve --redis URL``; it must exit at once with an error: return stderr."""
-    argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", url]
+def serve_refused(store, tenants: Path, *flags: str) -> str:
+    """Run ``serve`` on ``store``; it must exit at once with an error: return stderr."""
+    argv = [sys.executable, "-m", "blob_server.cli", "serve", *store.serve_args()]
     argv += ["--tenants", str(tenants), "--bind", "127.0.0.1:0", *flags]
     done = subprocess.run(
         argv,
@@ -100,10 +114,8 @@ def serve_refused(url: str, tenants: Path, *flags: str) -> str:
     return done.stderr
 
 
-def server_on(url: str, tenants: Path, log: Path, *flags: str) -> ServerProcess:
-    server = ServerProcess(url, tenants, log)
-    server.args[server.args.index("--storage")] = "--redis"
-    server.args += flags
+def started_on(store, tenants: Path, log: Path, *flags: str) -> ServerProcess:
+    server = server_on(store, tenants, log, *flags)
     server.start()
     return server
 
@@ -149,18 +161,18 @@ def test_redis_that_hides_config_is_unknown_not_guessed(private_redis, how):
 # -- what serve accepts -----------------------------------------------------------------------
 
 
-def test_serve_refuses_a_redis_without_aof_and_says_what_to_do(private_redis, tenants):
-    store = private_redis("default", appendonly="no")  # a fresh redis-server's default
-    error = serve_refused(store.url, tenants[0])
+def test_serve_refuses_a_redis_without_aof_and_says_what_to_do(private_store, tenants):
+    store = private_store("default", appendonly="no")  # a fresh redis-server's default
+    error = serve_refused(store, tenants[0])
     assert "appendonly no" in error
     assert "would lose acknowledged commits" in error
     assert "appendonly yes" in error and "--allow-volatile-redis" in error
     assert "Traceback" not in error
 
 
-def test_with_the_flag_every_client_is_told_once(private_redis, tenants, tmp_path, caplog):
-    store = private_redis("volatile", appendonly="no")
-    server = server_on(store.url, tenants[0], tmp_path / "s.log", "--allow-volatile-redis")
+def test_with_the_flag_every_client_is_told_once(private_store, tenants, tmp_path, caplog):
+    store = private_store("volatile", appendonly="no")
+    server = started_on(store, tenants[0], tmp_path / "s.log", "--allow-volatile-redis")
     try:
         log = server.log.read_text()
         assert "event=durability mode=volatile" in log and "WARNING" in log
@@ -185,10 +197,10 @@ def test_with_the_flag_every_client_is_told_once(private_redis, tenants, tmp_pat
 
 
 def test_a_redis_that_writes_every_commit_needs_no_flag_and_warns_nobody(
-    private_redis, tenants, tmp_path, caplog
+    private_store, tenants, tmp_path, caplog
 ):
-    store = private_redis("always")
-    server = server_on(store.url, tenants[0], tmp_path / "s.log")
+    store = private_store("always")
+    server = started_on(store, tenants[0], tmp_path / "s.log")
     try:
         assert "event=durability mode=durable" in server.log.read_text()
         with caplog.at_level(logging.WARNING), open_db(server, tenants[1]) as db:
@@ -201,12 +213,12 @@ def test_a_redis_that_writes_every_commit_needs_no_flag_and_warns_nobody(
 
 def test_a_redis_that_hides_config_needs_the_operator_to_say(private_redis, tenants, tmp_path):
     store = private_redis("managed", rename_command=("CONFIG", ""))
-    error = serve_refused(store.url, tenants[0])
+    error = serve_refused(store, tenants[0])
     assert "does not let the server read its persistence settings" in error
     assert "will not guess" in error
     assert "--assume-redis-aof always" in error and "--allow-volatile-redis" in error
 
-    server = server_on(store.url, tenants[0], tmp_path / "s.log", "--assume-redis-aof", "everysec")
+    server = started_on(store, tenants[0], tmp_path / "s.log", "--assume-redis-aof", "everysec")
     try:
         with open_db(server, tenants[1]) as db:
             told = db.transport.durability()
@@ -218,14 +230,14 @@ def test_a_redis_that_hides_config_needs_the_operator_to_say(private_redis, tena
 
 def test_the_operator_cannot_vouch_for_an_aof_that_info_says_is_off(private_redis, tenants):
     store = private_redis("managed-no-aof", appendonly="no", rename_command=("CONFIG", ""))
-    error = serve_refused(store.url, tenants[0], "--assume-redis-aof", "always")
+    error = serve_refused(store, tenants[0], "--assume-redis-aof", "always")
     assert "INFO reports aof_enabled:0" in error
 
 
-def test_stats_command_shows_the_durability(private_redis, tenants):
-    store = private_redis("stats", appendfsync="everysec")
+def test_stats_command_shows_the_durability(private_store, tenants):
+    store = private_store("stats", appendfsync="everysec")
     out = run(
-        "-m", "blob_server.cli", "stats", "--redis", store.url, "--tenants", str(tenants[0]),
+        "-m", "blob_server.cli", "stats", *store.serve_args(), "--tenants", str(tenants[0]),
         "--json",
     )  # fmt: skip
     assert json.loads(out)["durability"]["mode"] == "everysec"
@@ -268,14 +280,15 @@ def test_a_malformed_announcement_is_refused(tmp_path, monkeypatch, lie):
 
 
 def test_a_redis_that_loses_its_aof_while_served_gets_no_more_writes(
-    private_redis, tenants, tmp_path
+    private_store, tenants, tmp_path
 ):
     """``CONFIG SET appendonly no`` behind a running server (or a Redis restarted with
-    another configuration): the garbage task reads the durability again and, while
-    ``serve`` would refuse the storage, writes are answered "retry later"."""
-    store = private_redis("drift")
-    server = server_on(store.url, tenants[0], tmp_path / "s.log", "--gc-interval", "0.05")
-    admin = store.client()
+    another configuration; on a cluster, on one of its nodes): the garbage task reads the
+    durability again and, while ``serve`` would refuse the storage, writes are answered
+    "retry later"."""
+    store = private_store("drift")
+    server = started_on(store, tenants[0], tmp_path / "s.log", "--gc-interval", "0.05")
+    admin = store.node_clients()[-1]
     try:
         with open_db(server, tenants[1]) as db:
             db.add(Employee(name="ann", surname="before", salary=1))

@@ -7,9 +7,10 @@ message says "retry later" or names the limit, never an ``IntegrityError``. And 
 alarm must still ring where it should: a blob missing from a snapshot the store must
 still hold.
 
-Each test runs ``zerodb-server serve`` as a subprocess (SQLite storage, or a real Redis
-for the storage outage) with the flags that make the state happen: a tenant with a
-quota, ``--max-connections 1``, failed logins, ``--garbage-retention 0``.
+Each test runs ``zerodb-server serve`` as a subprocess (SQLite storage, or for the
+storage outage a real Redis or a 3-master Redis Cluster, every node killed) with the
+flags that make the state happen: a tenant with a quota, ``--max-connections 1``,
+failed logins, ``--garbage-retention 0``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pytest
 
 from blob_server.tenants import TenantRegistry
 from tests.core.hr import Employee
-from tests.server.conftest import PrivateRedis, free_port
+from tests.server.conftest import free_port
+from tests.server.crash import server_on
 from tests.server.test_server_e2e import ServerProcess
 from zerodb_core import (
     DB,
@@ -159,11 +161,18 @@ def test_a_server_nobody_runs_is_unavailable(dep):
     operational(caught.value, "cannot reach the blob server", "retry later")
 
 
-def test_a_server_whose_redis_is_down_says_retry_later(dep, servers):
-    store = PrivateRedis(dep.tmp / "redis")  # appendfsync always: served without a flag
-    store.start()
+@pytest.mark.parametrize(
+    "aof_store",
+    # On a cluster the server re-sends its steps for 20 s before it answers (a
+    # failover takes the node timeout): more than 20 s for this test.
+    ["redis", pytest.param("cluster", marks=pytest.mark.slow)],
+    indirect=True,
+)
+def test_a_server_whose_redis_is_down_says_retry_later(dep, servers, aof_store):
+    store = aof_store  # appendfsync always: served without a flag
     try:
-        server = dep.server(store.url)
+        server = server_on(store, dep.tenants, dep.tmp / "server.log")
+        server.start()
         servers.append(server)
         with dep.open(server) as db:
             db.add(*employees(3, random.Random(1)))

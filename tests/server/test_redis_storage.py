@@ -15,8 +15,7 @@ from redis.crc import key_slot
 from blob_server.exceptions import QuotaExceededError, StorageUnavailableError
 from blob_server.storage import Quota, RedisStorage
 from blob_server.storage import redis as redis_backend
-from tests.server.conftest import free_port, start_redis_server, stop_redis_server
-from tests.server.test_concurrency import PrivateRedis
+from tests.server.conftest import PrivateRedis, free_port, start_redis_server, stop_redis_server
 from tests.server.test_storage import FakeClock, commit, new_id
 
 T, D = "tenant", "db"
