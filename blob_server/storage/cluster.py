@@ -107,6 +107,7 @@ from blob_server.storage.redis import (
     _quota_error,
     _Scope,
     _Tenant,
+    check_publish,
     check_server,
     node_durability,
 )
@@ -500,7 +501,10 @@ class ClusterStorage(RedisNames, Storage):
         return self._idempotent(lambda: self._call(keys[0], "namespace", keys, args))
 
     def _check_server(self) -> None:
+        """On every node (a replica may become the master): the user may publish root
+        changes (the swap script's ``SPUBLISH``), and no key is evicted."""
         for node, client in self._nodes():
+            check_publish(client, node.name)
             check_server(client, node.name)
 
     def _nodes(self) -> list[tuple[ClusterNode, redis.Redis]]:

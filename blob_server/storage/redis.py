@@ -401,6 +401,23 @@ def check_server(client: redis.Redis, where: str) -> None:
         )
 
 
+def check_publish(client: redis.Redis, where: str) -> None:
+    """Refuse a Redis whose ACL will not let this user publish on the ``zdb:*`` channels.
+
+    Every commit's script publishes its new seq (``redis_changes``) after it swapped the
+    root, and Redis does not roll a script back: without the permission every commit
+    would be applied and then answered as failed. ``PUBLISH`` is refused on the same
+    ``&pattern`` grant as the cluster's ``SPUBLISH``."""
+    try:
+        client.publish(PUBLISH_PROBE, b"0")
+    except ResponseError as exc:
+        raise StorageUnavailableError(
+            f"Redis at {where} does not let this user publish on the zdb:* channels "
+            f"({exc}); every commit announces its new root there: grant them "
+            "(ACL SETUSER <user> &zdb:*)"
+        ) from None
+
+
 def node_durability(client: redis.Redis, where: str) -> Durability:
     """Read ``appendonly`` and ``appendfsync`` of one Redis with CONFIG GET.
 
@@ -721,14 +738,7 @@ class RedisStorage(RedisNames, Storage):
     def _check_server(self) -> None:
         """Refuse a Redis that will not let this user publish root changes; then
         ``check_server`` (eviction refused, no AOF warned about)."""
-        try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
-            self._redis.publish(PUBLISH_PROBE, b"0")
-        except ResponseError as exc:
-            raise StorageUnavailableError(
-                f"Redis at {self.url} does not let this user publish on the zdb:* channels "
-                f"({exc}); every commit announces its new root there: grant them "
-                "(ACL SETUSER <user> &zdb:*)"
-            ) from None
+        check_publish(self._redis, self.url)
         check_server(self._redis, self.url)
 
     def durability(self) -> Durability:

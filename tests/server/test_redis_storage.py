@@ -1,6 +1,20 @@
-"""What only the Redis backend has to show: opaque key names, one hash slot per database,
-large commits, separate clients racing, batched garbage collection, and a Redis that is
-down or restarted. The Storage contract itself runs on Redis in test_storage.py."""
+"""What the Redis backends have to show beyond the Storage contract (which runs on one
+Redis and on a cluster in test_storage.py).
+
+On one Redis and on the session's 3-master cluster alike (``backend``): the keyed
+namespace (stable, refused when corrupt), a Redis that evicts keys or forbids publishing
+root changes refused, large commits, separate clients racing, garbage collection in
+batches honouring the retention, a Redis that is down, the namespace key never read on
+the event loop.
+
+One Redis only, with why: its key layout (opaque names here, one hash slot per database
+and its staged blobs: a cluster spreads blobs on purpose, its layout is test_cluster's
+and its names are scanned by the end-to-end leak scans), its scripts reloaded after
+SCRIPT FLUSH (the cluster's own test is in test_cluster), its asyncio connection pool
+surviving a restart (the cluster runs its commits on the blocking client in a thread),
+a password in the URL (``ClusterStorage`` takes ``password=``, no URL), and data written
+before quotas existed (no cluster ever held any).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +22,19 @@ import asyncio
 import os
 import re
 import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
+import redis
 from redis.crc import key_slot
 
 from blob_server.exceptions import QuotaExceededError, StorageUnavailableError
 from blob_server.storage import Quota, RedisStorage
 from blob_server.storage import redis as redis_backend
+from blob_server.storage.cluster import ClusterStorage
+from blob_server.wire.storage import Storage
+from tests.server.cluster import free_cluster_port
 from tests.server.conftest import PrivateRedis, free_port, start_redis_server, stop_redis_server
 from tests.server.test_storage import FakeClock, commit, new_id
 
@@ -24,6 +44,43 @@ TAG = re.compile(rb"\{([0-9a-f]{32})\}")
 
 def all_keys(redis_server) -> list[bytes]:
     return list(redis_server.client().scan_iter(count=1000))
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Fresh storages on one Redis or on the session's cluster (emptied first), a client
+    routing keys, every node (for CONFIG and ACL), and the scope tags the collector
+    will visit (``zdb:gc`` on one Redis, the 16 ``zdb:gc:<h>`` sets on a cluster)."""
+
+    storage: Callable[..., Storage]
+    client: redis.Redis | redis.RedisCluster
+    nodes: Callable[[], list[redis.Redis]]
+    gc_scopes: Callable[[Storage], set[bytes]]
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def backend(request) -> Iterator[Backend]:
+    if request.param == "redis":
+        server = request.getfixturevalue("redis_server")
+        client = server.client()
+        yield Backend(
+            request.getfixturevalue("redis_storage_factory"),
+            client,
+            lambda: [server.client()],
+            lambda _store: set(client.smembers(redis_backend.GC_SCOPES_KEY)),
+        )
+    else:
+        cluster = request.getfixturevalue("redis_cluster")
+        factory = request.getfixturevalue("cluster_storage_factory")  # empties it
+        nodes = [redis.cluster.ClusterNode("127.0.0.1", node.port) for node in cluster.nodes]
+        client = redis.RedisCluster(startup_nodes=nodes)
+        yield Backend(
+            factory,
+            client,
+            lambda: [node.client() for node in cluster.nodes],
+            lambda store: set(store._members(b"gc")),
+        )
+    client.close()
 
 
 def test_key_names_reveal_no_names(redis_server, redis_storage):
@@ -81,56 +138,58 @@ def test_every_key_of_a_database_shares_one_hash_slot(redis_server, redis_storag
     assert set(redis_server.client().smembers(redis_backend.GC_SCOPES_KEY)) == set(by_tag)
 
 
-def test_scope_tags_are_stable_across_instances_and_keyed(redis_server, redis_storage_factory):
-    first, second = redis_storage_factory(), redis_storage_factory()
+def test_scope_tags_are_stable_across_instances_and_keyed(backend):
+    first, second = backend.storage(), backend.storage()
     commit(first, 0, root=b"r")
     assert second.get_root(T, D).data == b"r"
-    namespace = redis_server.client().get(redis_backend.NAMESPACE_KEY)
+    namespace = backend.client.get(redis_backend.NAMESPACE_KEY)
     assert len(namespace) == 32
     tag = first._scope(T, D).tag
     assert tag == second._scope(T, D).tag
     # Without the namespace key the tag cannot be recomputed from the names alone.
-    redis_server.client().set(redis_backend.NAMESPACE_KEY, os.urandom(32))
-    assert redis_storage_factory()._scope(T, D).tag != tag
+    backend.client.set(redis_backend.NAMESPACE_KEY, os.urandom(32))
+    assert backend.storage()._scope(T, D).tag != tag
 
 
-def test_a_corrupt_namespace_key_is_refused(redis_server, redis_storage):
-    redis_server.client().set(redis_backend.NAMESPACE_KEY, b"short")
+def test_a_corrupt_namespace_key_is_refused(backend):
+    backend.client.set(redis_backend.NAMESPACE_KEY, b"short")
     with pytest.raises(StorageUnavailableError, match="namespace key"):
-        redis_storage.get_root(T, D)
+        backend.storage().get_root(T, D)
 
 
-def test_a_redis_that_evicts_keys_is_refused(redis_server, redis_storage_factory):
-    client = redis_server.client()
+def test_a_redis_that_evicts_keys_is_refused(backend):
+    """On a cluster one node that may evict is enough: it may hold any blob."""
+    client = backend.nodes()[-1]
     client.config_set("maxmemory-policy", "allkeys-lru")
     try:
         with pytest.raises(StorageUnavailableError, match="noeviction"):
-            redis_storage_factory().get_root(T, D)
+            backend.storage().get_root(T, D)
     finally:
         client.config_set("maxmemory-policy", "noeviction")
-    assert redis_storage_factory().get_root(T, D).seq == 0
+    assert backend.storage().get_root(T, D).seq == 0
 
 
-def test_commit_of_300_blobs_of_16_kib(redis_storage):
+def test_commit_of_300_blobs_of_16_kib(backend):
+    store = backend.storage()
     blobs = {new_id(): os.urandom(16 * 1024) for _ in range(300)}
     garbage = [new_id() for _ in range(300)]
-    assert commit(redis_storage, 0, blobs, garbage=garbage).ok
-    assert redis_storage.get_blobs(T, D, list(blobs)) == blobs
-    stats = redis_storage.stats(T, D)
+    assert commit(store, 0, blobs, garbage=garbage).ok
+    assert store.get_blobs(T, D, list(blobs)) == blobs
+    stats = store.stats(T, D)
     assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (300, 300 * 16384, 300)
     # The conflict answer of such a commit changes nothing either.
     more = {new_id(): os.urandom(16 * 1024) for _ in range(300)}
-    assert not commit(redis_storage, 0, more).ok
-    assert redis_storage.get_blobs(T, D, list(more)) == {}
-    assert redis_storage.stats(T, D)["blobs"] == 300
+    assert not commit(store, 0, more).ok
+    assert store.get_blobs(T, D, list(more)) == {}
+    assert store.stats(T, D)["blobs"] == 300
 
 
-def test_separate_clients_committing_from_threads_lose_nothing(redis_storage_factory):
+def test_separate_clients_committing_from_threads_lose_nothing(backend):
     written: list[bytes] = []
     errors: list[BaseException] = []
 
     def worker():
-        store = redis_storage_factory()  # its own pool, as separate servers would have
+        store = backend.storage()  # its own pool, as separate servers would have
         try:
             seq = store.get_root(T, D).seq
             previous: list[bytes] = []
@@ -150,16 +209,16 @@ def test_separate_clients_committing_from_threads_lose_nothing(redis_storage_fac
     for t in threads:
         t.join()
     assert not errors
-    store = redis_storage_factory()
+    store = backend.storage()
     assert store.get_root(T, D).seq == 180
     assert len(store.get_blobs(T, D, written)) == len(written) == 540
     stats = store.stats(T, D)
     assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (540, 540 * 256, 174)
 
 
-def test_garbage_collection_in_batches_honours_retention(redis_server, redis_storage_factory):
+def test_garbage_collection_in_batches_honours_retention(backend):
     clock = FakeClock()
-    store = redis_storage_factory(clock=clock)
+    store = backend.storage(clock=clock)
     size = redis_backend._GC_BATCH * 2 + 37  # several script runs
     old = {new_id(): b"o" * 10 for _ in range(size)}
     commit(store, 0, old)
@@ -175,15 +234,15 @@ def test_garbage_collection_in_batches_honours_retention(redis_server, redis_sto
     assert store.get_blobs(T, D, list(young)) == young
     stats = store.stats(T, D)
     assert (stats["blobs"], stats["bytes"], stats["garbage"]) == (5, 50, 5)
-    client = redis_server.client()
-    assert client.smembers(redis_backend.GC_SCOPES_KEY)  # young garbage still pending
+    scope = store._scope(T, D).tag
+    assert backend.gc_scopes(store) == {scope}  # young garbage still pending
 
     clock.now += 30
     assert store.collect_garbage(retention=30) == 5
     assert store.stats(T, D)["blobs"] == 0
-    assert client.scard(redis_backend.GC_SCOPES_KEY) == 0  # nothing left to visit
+    assert backend.gc_scopes(store) == set()  # nothing left to visit
     commit(store, 4, {}, garbage=[new_id()])  # a later commit registers the scope again
-    assert client.scard(redis_backend.GC_SCOPES_KEY) == 1
+    assert backend.gc_scopes(store) == {scope}
 
 
 def test_staged_blobs_share_their_slot_and_orphans_are_collected_in_batches(
@@ -283,10 +342,10 @@ def test_commits_on_the_event_loop_survive_a_redis_restart(tmp_path):
 
 
 @pytest.mark.parametrize("call", ["aget_blobs", "acommit"])
-def test_the_namespace_key_is_never_read_on_the_event_loop(redis_storage_factory, call):
+def test_the_namespace_key_is_never_read_on_the_event_loop(backend, call):
     """The first read or commit of a new storage reads the namespace key (a blocking
     Redis call) in a worker thread: on the loop it would stall every connection."""
-    storage = redis_storage_factory()
+    storage = backend.storage()
     on_loop: list[bool] = []
     read_key = storage._namespace_key
 
@@ -308,9 +367,17 @@ def test_the_namespace_key_is_never_read_on_the_event_loop(redis_storage_factory
     assert on_loop == [False]
 
 
-def test_a_redis_that_is_down_raises_storage_unavailable():
-    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    store = RedisStorage(url, connect_timeout=2)  # building it does not connect
+@pytest.mark.parametrize(
+    "unreachable",
+    [
+        lambda: RedisStorage(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=2),
+        lambda: ClusterStorage(f"127.0.0.1:{free_cluster_port()}", connect_timeout=2),
+    ],
+    ids=["redis", "cluster"],
+)
+def test_a_redis_that_is_down_raises_storage_unavailable(unreachable):
+    store = unreachable()  # nothing listens there; building it does not connect
+    url = store.url
     for call in (
         lambda: store.get_root(T, D),
         lambda: store.get_blobs(T, D, [new_id()]),
@@ -432,20 +499,23 @@ def test_collection_notices_a_scope_that_joined_its_tenant_meanwhile(
     assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)
 
 
-def test_a_user_that_may_not_publish_root_changes_is_refused(redis_server, redis_storage_factory):
-    """Every commit PUBLISHes its seq from its script; a user an ACL forbids that would
-    have every commit fail after its writes, so the storage refuses it at once (the
-    factory empties database 0 first)."""
-    admin = redis_server.client()
-    admin.acl_setuser("nopub", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])
-    admin.execute_command("ACL", "SETUSER", "nopub", "resetchannels")
-    url = f"redis://nopub:pw@127.0.0.1:{redis_server.port}/0"
+def test_a_user_that_may_not_publish_root_changes_is_refused(backend):
+    """Every commit publishes its seq from its script (SPUBLISH on a cluster), after the
+    root swap, which Redis does not roll back: a user an ACL forbids that would have
+    every commit applied and answered as failed, so the storage refuses it at once.
+    The storages log in as ``default``; an ACL is per node, so every node says it."""
+
+    def channels(*rules: str) -> None:
+        for node in backend.nodes():
+            node.execute_command("ACL", "SETUSER", "default", *rules)
+
+    channels("resetchannels")
     try:
         with pytest.raises(StorageUnavailableError, match="&zdb:"):
-            RedisStorage(url).get_root(T, D)
-        admin.execute_command("ACL", "SETUSER", "nopub", "&zdb:*")
-        storage = RedisStorage(url)
-        assert storage.get_root(T, D).seq == 0
-        storage.close()
+            backend.storage().get_root(T, D)
+        channels("&zdb:*")
+        storage = backend.storage()
+        assert commit(storage, 0).ok
+        assert storage.get_root(T, D).seq == 1
     finally:
-        admin.acl_deluser("nopub")
+        channels("allchannels")
