@@ -181,6 +181,26 @@ def test_commit_leases_are_one_fifo_across_processes_on_a_cluster(cluster_fleet)
     scale_out.test_commit_leases_are_one_fifo_across_processes(cluster_fleet)
 
 
+def owner_of(cluster: LocalCluster, tenant: str, database: str):
+    """The master that owns the slot of a database's root (and its root channel) now."""
+    probe = ClusterStorage(cluster.spec)
+    try:
+        slot = probe._client().keyslot(probe._scope(tenant, database).root)
+        port = probe._client().nodes_manager.get_node_from_slot(slot).port
+    finally:
+        probe.close()
+    return slot, next(n for n in cluster.masters() if n.port == port)
+
+
+def test_a_feed_that_cannot_reconnect_makes_clients_read_roots_on_a_cluster(
+    cluster_fleet, redis_cluster
+):
+    """The feeds are per master: the one owning the database's slot kills their
+    subscriptions (CLIENT KILL TYPE pubsub) and takes no new connection (maxclients)."""
+    _, owner = owner_of(redis_cluster, "acme", "cut")
+    scale_out.feed_cannot_reconnect(cluster_fleet, owner.client())
+
+
 def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet, redis_cluster):
     """The database's slot moves to another master: commits are published there now,
     where no feed listened. The reader's server hears Redis unsubscribe the channel and
@@ -192,11 +212,8 @@ def test_a_moved_slot_makes_subscribed_clients_read_the_root_again(cluster_fleet
             seed(writer)
             expected = eq_query(writer)
         assert eq_query(reader) == expected  # subscribed through b
-        probe = ClusterStorage(redis_cluster.spec)
-        slot = probe._client().keyslot(probe._scope("acme", "moving").root)
-        owner = probe._client().nodes_manager.get_node_from_slot(slot).port
-        move_slot(redis_cluster, slot, next(n for n in redis_cluster.masters() if n.port != owner))
-        probe.close()
+        slot, owner = owner_of(redis_cluster, "acme", "moving")
+        move_slot(redis_cluster, slot, next(n for n in redis_cluster.masters() if n is not owner))
         deadline = time.monotonic() + 10
         while b"root_changes_moved" not in b.log.read_bytes():  # b heard Redis
             assert time.monotonic() < deadline, "no unsubscribe from Redis"

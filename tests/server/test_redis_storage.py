@@ -4,16 +4,16 @@ Redis and on a cluster in test_storage.py).
 On one Redis and on the session's 3-master cluster alike (``backend``): the keyed
 namespace (stable, refused when corrupt), a Redis that evicts keys or forbids publishing
 root changes refused, large commits, separate clients racing, garbage collection in
-batches honouring the retention, a Redis that is down, the namespace key never read on
-the event loop.
+batches honouring the retention, a Redis that is down, commits on the event loop going
+on after every node was killed and restarted (``aof_store``), the namespace key never
+read on the event loop.
 
 One Redis only, with why: its key layout (opaque names here, one hash slot per database
 and its staged blobs: a cluster spreads blobs on purpose, its layout is test_cluster's
 and its names are scanned by the end-to-end leak scans), its scripts reloaded after
-SCRIPT FLUSH (the cluster's own test is in test_cluster), its asyncio connection pool
-surviving a restart (the cluster runs its commits on the blocking client in a thread),
-a password in the URL (``ClusterStorage`` takes ``password=``, no URL), and data written
-before quotas existed (no cluster ever held any).
+SCRIPT FLUSH (the cluster's own test is in test_cluster), a password in the URL
+(``ClusterStorage`` takes ``password=``, no URL), and data written before quotas
+existed (no cluster ever held any).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from blob_server.storage import redis as redis_backend
 from blob_server.storage.cluster import ClusterStorage
 from blob_server.wire.storage import Storage
 from tests.server.cluster import free_cluster_port
-from tests.server.conftest import PrivateRedis, free_port, start_redis_server, stop_redis_server
+from tests.server.conftest import free_port, start_redis_server, stop_redis_server
 from tests.server.test_storage import FakeClock, commit, new_id
 
 T, D = "tenant", "db"
@@ -318,13 +318,13 @@ def test_commits_on_the_event_loop_reload_scripts_after_script_flush(redis_serve
     assert redis_storage.get_root(T, D).seq == 3
 
 
-def test_commits_on_the_event_loop_survive_a_redis_restart(tmp_path):
-    """The pooled asyncio connections of the old Redis process are replaced, not used
-    for one failing commit each (redis-py's pool skips that check unless maintenance
-    notifications are turned off)."""
-    redis = PrivateRedis(tmp_path)
-    redis.start()
-    storage = RedisStorage(redis.url)
+def test_commits_on_the_event_loop_survive_a_redis_restart(aof_store):
+    """The pooled connections of the old Redis processes are replaced, not used for one
+    failing commit each (redis-py's asyncio pool skips that check unless maintenance
+    notifications are turned off; a cluster's commit must not meet a dead connection
+    at its swap, which is not re-sent)."""
+    redis = aof_store  # every node of a cluster killed and restarted
+    storage = redis.storage()
 
     async def commits() -> None:
         assert (await storage.acommit(T, D, expected_seq=0, root=b"r", blobs={new_id(): b"x"})).ok

@@ -143,10 +143,14 @@ def killed_subscriptions_are_caught_up(fleet, kill: Callable[[], int]) -> None:
 
 
 def test_a_feed_that_cannot_reconnect_makes_clients_read_roots(fleet, redis_server):
-    """While no new Redis connection is possible, a killed feed cannot catch up: the
-    process closes its subscribed connections, and their clients read roots again."""
+    feed_cannot_reconnect(fleet, redis_server.client(REDIS_DB))
+
+
+def feed_cannot_reconnect(fleet, admin) -> None:
+    """While no new connection to ``admin``'s Redis (on a cluster: the master that owns
+    database ``cut``'s slot) is possible, a killed feed cannot catch up: the process
+    closes its subscribed connections, and their clients read roots again."""
     (a, b, _), keys = fleet
-    admin = redis_server.client(REDIS_DB)
     with (
         open_db(a, keys["acme"], "cut") as writer,
         open_db(b, keys["acme"], "cut") as reader,
