@@ -65,21 +65,36 @@ def stored(store) -> tuple[dict[str, tuple[int, int]], int]:
     return {label: (n, size) for label, (n, size) in blobs.items()}, other
 
 
-def collect_as_if_timed_out(store, tenant: str) -> TenantUsage:
+def left_open(store) -> int:
+    """Two-slot operations (a cluster's ``zdb:{S}:o``) and journal entries
+    (``zdb:{T}:j``) that nobody finished yet: what a crash left for the collector."""
+    count = 0
+    for client in store.node_clients():
+        for key in client.scan_iter(count=1000):
+            if key.endswith((b":o", b":j")) and not BLOB_KEY.fullmatch(key):
+                count += client.hlen(key)
+        client.close()
+    return count
+
+
+def collect_as_if_timed_out(store, tenant: str) -> tuple[TenantUsage, int]:
     """Collect garbage with the storage's clock past ``OP_TIMEOUT`` (every operation a
     crash left open is aborted, every journal entry settled) and with no retention or
     staging timeout (all garbage and orphans go); return the tenant's usage then, after
-    checking that it is what the nodes hold. The deployment must hold this tenant only."""
+    checking that it is what the nodes hold, and how many operations and journal entries
+    were left open before. The deployment must hold this tenant only."""
+    found_open = left_open(store)
     storage = store.storage(clock=lambda: time.time() + OP_TIMEOUT + 1)
     try:
         storage.collect_garbage(retention=0, staging_timeout=0)
         usage = storage.usage(tenant, detail=True)
     finally:
         storage.close()
+    assert left_open(store) == 0, "the collection left operations open"
     per_scope, other = stored(store)
     counted = {d.label: (d.blobs, d.bytes) for d in usage.per_database if d.blobs or d.bytes}
     assert counted == per_scope, "the usage per database is not what is stored"
     assert usage.blobs == sum(n for n, _ in per_scope.values())
     assert usage.bytes == sum(size for _, size in per_scope.values()) + other
     assert all(d.garbage == 0 and d.staged == 0 for d in usage.per_database), usage
-    return usage
+    return usage, found_open

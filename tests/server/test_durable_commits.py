@@ -194,13 +194,14 @@ def test_redis_killed_under_several_writers_loses_no_acknowledged_commit(tmp_pat
             stored = check_database(db, acknowledged, in_doubt)  # 0 lost, 0 half applied
             report = verify(db)
             assert report.ok, report
-            usage = collect_as_if_timed_out(store, TENANT)  # the usage is what is stored
+            usage, found_open = collect_as_if_timed_out(store, TENANT)  # usage == stored
             report = verify(db)  # the collection took nothing the root reaches
             assert report.ok, report
         print(
             f"{len(acks)} acknowledged commits, {len(in_doubt)} in doubt, "
             f"{stored} records stored after {ROUNDS} kills of {store.serve_args()[0]}; "
-            f"usage {usage.blobs} blobs, {usage.bytes} bytes as stored"
+            f"usage {usage.blobs} blobs, {usage.bytes} bytes as stored after collecting "
+            f"{found_open} operations left open"
         )
     finally:
         stop.set()
