@@ -131,6 +131,7 @@ def killed_subscriptions_are_caught_up(fleet, kill: Callable[[], int]) -> None:
         open_db(b, keys["acme"], "killed") as reader,
     ):
         seed(writer, n=20)
+        wait_for_seq(reader, writer.stats()["seq"])  # subscribed at open: pushed, not read
         assert eq_query(reader) == eq_query(writer)
         for i in range(3):
             assert kill() >= 2
@@ -156,6 +157,7 @@ def feed_cannot_reconnect(fleet, admin) -> None:
         open_db(b, keys["acme"], "cut") as reader,
     ):
         seed(writer, n=20)
+        wait_for_seq(reader, writer.stats()["seq"])  # subscribed at open: pushed, not read
         assert eq_query(reader) == eq_query(writer)
         assert reader.transport.known_root_seq("cut") == writer.stats()["seq"]
         admin.ping()  # holds its connection through the cut
