@@ -73,7 +73,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio
@@ -383,6 +383,15 @@ _BY_SHA = {sha: script for script, sha in _SCRIPTS.values()}
 _NOT_EXECUTED = (MovedError, AskError, TryAgainError, ClusterDownError, NoScriptError)
 
 
+class _Written(NamedTuple):
+    """What a commit's blob writes did: the ids it created (the only ones its abort may
+    delete), the index of a blob another writer holds, the first error reply."""
+
+    created: list[bytes]
+    taken: int | None
+    error: Exception | None
+
+
 class NotReplicatedError(StorageUnavailableError):
     """A write was applied on its master but fewer replicas than required confirmed it
     within the replica timeout: its outcome after a failover is unknown."""
@@ -686,21 +695,37 @@ class ClusterStorage(RedisNames, Storage):
         keys = [owner.usage, owner.journal]
         self._idempotent(lambda: self._call(owner.usage, "settle", keys, [op, int(applied)]))
 
-    def _write_blobs(self, scope: _Scope, pairs: Sequence[tuple[bytes, bytes]]) -> int | None:
-        """Step 3: ``SET NX`` every blob; return the index of one that already existed
-        (None if all were written). A blob found present after a lost answer is ours if
-        it holds our bytes (an id is 128 random bits)."""
+    def _write_blobs(self, scope: _Scope, pairs: Sequence[tuple[bytes, bytes]]) -> _Written:
+        """Step 3: ``SET NX`` every blob; return which ids this op created, the index of
+        one that another writer holds, and the first error reply.
+
+        A blob that was already there on the first attempt is another writer's, even with
+        our bytes: the op must never delete it. Only after a lost answer (the pipeline
+        re-sent) is a blob found with our bytes taken as ours, written by our own earlier
+        attempt: ids are 128 random bits and clients never re-send a commit, so only a
+        client of this same database reusing ids could make it someone else's, and such
+        a client can overwrite its own data anyway."""
         keys = [scope.blob(i) for i, _ in pairs]
         commands = [(k, ("SET", k, data, "NX")) for k, (_, data) in zip(keys, pairs, strict=True)]
-        replies = self._idempotent(lambda: self._run(commands))
-        taken = [i for i, reply in enumerate(replies) if reply is None]
-        if taken:
-            held = self._read([(keys[i], ("GET", keys[i])) for i in taken])
-            for i, data in zip(taken, held, strict=True):
-                if data != pairs[i][1]:
-                    return i
-        _raise_any(replies)
-        return None
+        attempts = 0
+
+        def write() -> list[Any]:
+            nonlocal attempts
+            attempts += 1
+            return self._run(commands)
+
+        replies = self._idempotent(write)
+        mine = [reply is not None and not isinstance(reply, Exception) for reply in replies]
+        present = [i for i, reply in enumerate(replies) if reply is None]
+        if attempts > 1 and present:
+            held = self._read([(keys[i], ("GET", keys[i])) for i in present])
+            for i, data in zip(present, held, strict=True):
+                mine[i] = data == pairs[i][1]
+        return _Written(
+            [pairs[i][0] for i, own in enumerate(mine) if own],
+            next((i for i in present if not mine[i]), None),
+            next((r for r in replies if isinstance(r, Exception)), None),
+        )
 
     def _abort(
         self, scope: _Scope, owner: _Tenant, op: bytes, written: Sequence[bytes] | None = None
@@ -727,7 +752,9 @@ class ClusterStorage(RedisNames, Storage):
             self._idempotent(lambda: self._run([(k, ("DEL", k)) for k in keys]))
         self._idempotent(lambda: self._run([(scope.ops, ("HDEL", scope.ops, op))]))
 
-    def _undo_quietly(self, scope: _Scope, owner: _Tenant, op: bytes, written=None) -> None:
+    def _undo_quietly(
+        self, scope: _Scope, owner: _Tenant, op: bytes, written: Sequence[bytes] | None = None
+    ) -> None:
         """Abort after a failure; if that fails too, garbage collection finishes it."""
         try:
             self._abort(scope, owner, op, written)
@@ -747,12 +774,17 @@ class ClusterStorage(RedisNames, Storage):
         learn the truth. Returns the final step's reply, or raises."""
         try:
             if pairs:
-                taken = self._write_blobs(scope, pairs)
-                if taken is not None:
-                    written = [i for j, (i, _) in enumerate(pairs) if j != taken]
-                    self._undo_quietly(scope, owner, op, written)
-                    raise BlobExistsError(f"blob {pairs[taken][0].hex()} already exists")
+                written = self._write_blobs(scope, pairs)
+                if written.taken is not None or written.error is not None:
+                    self._undo_quietly(scope, owner, op, written.created)
+                    if written.error is not None:
+                        raise StorageUnavailableError(
+                            f"Redis Cluster at {self.url}: {written.error}"
+                        ) from written.error
+                    raise BlobExistsError(f"blob {pairs[written.taken][0].hex()} already exists")
         except (RedisError, RedisClusterException, NotReplicatedError) as exc:
+            # No complete answer: the op's own ids are ours or were never written (see
+            # _write_blobs), so the abort deletes them all.
             self._undo_quietly(scope, owner, op)
             raise StorageUnavailableError(f"Redis Cluster at {self.url}: {exc}") from exc
         try:
@@ -1077,8 +1109,13 @@ class ClusterStorage(RedisNames, Storage):
         size = sum(n for e, n in zip(sizes[0::2], sizes[1::2], strict=True) if e)
         args = [op, scope.tag, count, size, repr(float(self._clock()))]
         self._call(owner.usage, "release", [owner.usage, owner.journal], args)
-        gone = self._run([(k, ("DEL", k)) for k in keys], write=False) if keys else []
-        self._run([(scope.ops, ("HDEL", scope.ops, op))], write=False)
+        # In this order, each step confirmed by replicas before the next: were the op's
+        # removal lost in a failover after its journal mark's removal got through, the
+        # next pass would subtract the same blobs again; were a DEL lost after the op's
+        # removal, its blob would stay, counted nowhere. The mark may go unconfirmed:
+        # _reclaim_journal removes a leftover one (its op is gone, it gives back 0).
+        gone = _raise_any(self._run([(k, ("DEL", k)) for k in keys])) if keys else []
+        _raise_any(self._run([(scope.ops, ("HDEL", scope.ops, op))]))
         self._run([(owner.journal, ("HDEL", owner.journal, op))], write=False)
         return sum(1 for n in gone if n == 1)
 
