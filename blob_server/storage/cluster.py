@@ -12,7 +12,8 @@ Key layout (``S`` a database's scope tag, ``T`` its tenant's tag, made as in
     zdb:{S}:s                   hash: t (tenant tag), w (a write counter, see _CANCEL)
     zdb:{S}:g / :p / :k / :c    garbage, pending (staged), keyrings, id counters
     zdb:{S}:o                   hash: open operations, op id -> state|time|blob ids
-    zdb:{T}:u                   hash: blobs, bytes (the tenant's usage), S:n, S:b (per db)
+    zdb:{T}:u                   hash: blobs, bytes (the tenant's usage), S:n, S:b (per db),
+                                S:r (reservations made, see _DROP)
     zdb:{T}:d                   set: the scope tags of the tenant's databases
     zdb:{T}:j                   hash: journal, op id -> S n blob-bytes counted later time
 
@@ -310,6 +311,7 @@ if ARGV[8] ~= '' and net > 0 and used_bytes + net > tonumber(ARGV[8]) then
   return {3, 'bytes', used_bytes, net, tonumber(ARGV[8])}
 end
 add(KEYS[1], ARGV[2], n, tonumber(ARGV[4]), tonumber(ARGV[5]))
+redis.call('HINCRBY', KEYS[1], ARGV[2] .. ':r', 1)
 local fields = {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[9]}
 redis.call('HSET', KEYS[3], ARGV[1], table.concat(fields, ' '))
 redis.call('SADD', KEYS[2], ARGV[2])
@@ -347,10 +349,15 @@ return 1
 """
 )
 
-# KEYS: usage, dbs, journal. ARGV: scope tag. Takes a database that holds nothing any
-# more out of its tenant's count, unless an operation on it is journalled.
+# KEYS: usage, dbs, journal. ARGV: scope tag, its reservation count as read before the
+# collector found the database empty. Takes a database that holds nothing any more out
+# of its tenant's count, unless an operation on it is journalled or reserved since (a
+# first commit racing the collector: S:r is kept, so it never counts back to the value).
 _DROP = """
 if tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':n') or '0') ~= 0 then
+  return 0
+end
+if (redis.call('HGET', KEYS[1], ARGV[1] .. ':r') or '0') ~= ARGV[2] then
   return 0
 end
 for _, v in ipairs(redis.call('HVALS', KEYS[3])) do
@@ -1079,26 +1086,30 @@ class ClusterStorage(RedisNames, Storage):
                 break
         left = self._read(
             [
-                (scope.root, ("EXISTS", scope.root, scope.keyrings)),
                 (scope.root, ("ZCARD", scope.garbage)),
                 (scope.root, ("ZCARD", scope.pending)),
                 (scope.root, ("HLEN", scope.ops)),
             ]
         )
-        if not any(left[1:]):
+        if not any(left):
             self._run([_gc_op("SREM", b"gc", scope.tag)])
+            # Reservations so far, read before looking again: a commit reserved before
+            # this is seen below (open, or swapped in); one reserved after, by _DROP.
+            field = scope.tag + b":r"
+            reserved = self._read([(owner.usage, ("HGET", owner.usage, field))])[0]
             again = self._read(
                 [
+                    (scope.root, ("EXISTS", scope.root, scope.keyrings)),
                     (scope.root, ("ZCARD", scope.garbage)),
                     (scope.root, ("ZCARD", scope.pending)),
                     (scope.root, ("HLEN", scope.ops)),
                 ]
             )
-            if any(again):  # a commit or stage slipped some in: it stays
+            if any(again[1:]):  # a commit or stage slipped some in: it stays
                 self._run([_gc_op("SADD", b"gc", scope.tag)])
-            elif not left[0]:
+            elif not again[0]:
                 keys = [owner.usage, owner.databases, owner.journal]
-                self._call(owner.usage, "drop", keys, [scope.tag])
+                self._call(owner.usage, "drop", keys, [scope.tag, reserved or b"0"])
         return deleted
 
     def _delete(self, scope: _Scope, owner: _Tenant, op: bytes, value: bytes) -> int:

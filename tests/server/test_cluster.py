@@ -152,6 +152,29 @@ def test_a_failed_commit_deletes_only_the_blobs_it_wrote(cluster_storage_factory
     assert store.get_root(T, "db") == RootRecord(1, b"r")
 
 
+def test_a_first_commit_racing_the_collector_keeps_its_database_counted(
+    cluster_storage_factory,
+):
+    """The collector finds a database empty (an op on it was aborted) and is about to
+    take it out of its tenant's count when the database's first commit (no blobs) goes
+    through: the database stays counted."""
+    store = cluster_storage_factory()
+    scope, owner = store._scope(T, "db"), store._tenant(T)
+    store._abort(scope, owner, store._open(scope, owner, []))
+    assert store.usage(T).databases == 0
+    call = store._call
+
+    def commit_before_dropping(key, script, keys, args):
+        if script == "drop":
+            assert store.commit(T, "db", expected_seq=0, root=b"first", blobs={}).ok
+        return call(key, script, keys, args)
+
+    store._call = commit_before_dropping
+    store.collect_garbage()
+    assert store.usage(T).databases == 1
+    assert store.get_root(T, "db") == RootRecord(1, b"first")
+
+
 def test_durability_is_the_weakest_node_and_says_how_commits_wait(
     redis_cluster, cluster_storage_factory
 ):
