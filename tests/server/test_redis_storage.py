@@ -450,3 +450,15 @@ def test_a_user_that_may_not_publish_root_changes_is_refused(redis_server, redis
         storage.close()
     finally:
         admin.acl_deluser("nopub")
+
+
+def test_the_key_names_remembered_are_bounded(redis_storage):
+    """A client may name any number of databases that do not exist: the names worked
+    out for them are forgotten past ``NAMES_REMEMBERED``, not kept for ever."""
+    limit = redis_backend.NAMES_REMEMBERED
+    for i in range(limit + 10):
+        assert redis_storage.get_root(T, f"made-up-{i}").seq == 0
+        redis_storage.usage(f"tenant-{i}")
+    assert 0 < len(redis_storage._scopes) <= limit
+    assert 0 < len(redis_storage._tenants) <= limit
+    assert redis_storage.get_root(T, "made-up-0").seq == 0  # worked out again
