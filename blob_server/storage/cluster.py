@@ -12,7 +12,8 @@ Key layout (``S`` a database's scope tag, ``T`` its tenant's tag, made as in
     zdb:{S}:s                   hash: t (tenant tag), w (a write counter, see _CANCEL)
     zdb:{S}:g / :p / :k / :c    garbage, pending (staged), keyrings, id counters
     zdb:{S}:o                   hash: open operations, op id -> state|time|blob ids
-    zdb:{T}:u                   hash: blobs, bytes (the tenant's usage), S:n, S:b (per db)
+    zdb:{T}:u                   hash: blobs, bytes (the tenant's usage), S:n, S:b (per db),
+                                S:r (reservations made, see _DROP)
     zdb:{T}:d                   set: the scope tags of the tenant's databases
     zdb:{T}:j                   hash: journal, op id -> S n blob-bytes counted later time
 
@@ -73,7 +74,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 import redis.asyncio
@@ -311,6 +312,7 @@ if ARGV[8] ~= '' and net > 0 and used_bytes + net > tonumber(ARGV[8]) then
   return {3, 'bytes', used_bytes, net, tonumber(ARGV[8])}
 end
 add(KEYS[1], ARGV[2], n, tonumber(ARGV[4]), tonumber(ARGV[5]))
+redis.call('HINCRBY', KEYS[1], ARGV[2] .. ':r', 1)
 local fields = {ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[9]}
 redis.call('HSET', KEYS[3], ARGV[1], table.concat(fields, ' '))
 redis.call('SADD', KEYS[2], ARGV[2])
@@ -348,10 +350,15 @@ return 1
 """
 )
 
-# KEYS: usage, dbs, journal. ARGV: scope tag. Takes a database that holds nothing any
-# more out of its tenant's count, unless an operation on it is journalled.
+# KEYS: usage, dbs, journal. ARGV: scope tag, its reservation count as read before the
+# collector found the database empty. Takes a database that holds nothing any more out
+# of its tenant's count, unless an operation on it is journalled or reserved since (a
+# first commit racing the collector: S:r is kept, so it never counts back to the value).
 _DROP = """
 if tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. ':n') or '0') ~= 0 then
+  return 0
+end
+if (redis.call('HGET', KEYS[1], ARGV[1] .. ':r') or '0') ~= ARGV[2] then
   return 0
 end
 for _, v in ipairs(redis.call('HVALS', KEYS[3])) do
@@ -382,6 +389,15 @@ _BY_SHA = {sha: script for script, sha in _SCRIPTS.values()}
 
 #: Replies meaning Redis did not execute the command: re-sending it is always safe.
 _NOT_EXECUTED = (MovedError, AskError, TryAgainError, ClusterDownError, NoScriptError)
+
+
+class _Written(NamedTuple):
+    """What a commit's blob writes did: the ids it created (the only ones its abort may
+    delete), the index of a blob another writer holds, the first error reply."""
+
+    created: list[bytes]
+    taken: int | None
+    error: Exception | None
 
 
 class NotReplicatedError(StorageUnavailableError):
@@ -690,21 +706,37 @@ class ClusterStorage(RedisNames, Storage):
         keys = [owner.usage, owner.journal]
         self._idempotent(lambda: self._call(owner.usage, "settle", keys, [op, int(applied)]))
 
-    def _write_blobs(self, scope: _Scope, pairs: Sequence[tuple[bytes, bytes]]) -> int | None:
-        """Step 3: ``SET NX`` every blob; return the index of one that already existed
-        (None if all were written). A blob found present after a lost answer is ours if
-        it holds our bytes (an id is 128 random bits)."""
+    def _write_blobs(self, scope: _Scope, pairs: Sequence[tuple[bytes, bytes]]) -> _Written:
+        """Step 3: ``SET NX`` every blob; return which ids this op created, the index of
+        one that another writer holds, and the first error reply.
+
+        A blob that was already there on the first attempt is another writer's, even with
+        our bytes: the op must never delete it. Only after a lost answer (the pipeline
+        re-sent) is a blob found with our bytes taken as ours, written by our own earlier
+        attempt: ids are 128 random bits and clients never re-send a commit, so only a
+        client of this same database reusing ids could make it someone else's, and such
+        a client can overwrite its own data anyway."""
         keys = [scope.blob(i) for i, _ in pairs]
         commands = [(k, ("SET", k, data, "NX")) for k, (_, data) in zip(keys, pairs, strict=True)]
-        replies = self._idempotent(lambda: self._run(commands))
-        taken = [i for i, reply in enumerate(replies) if reply is None]
-        if taken:
-            held = self._read([(keys[i], ("GET", keys[i])) for i in taken])
-            for i, data in zip(taken, held, strict=True):
-                if data != pairs[i][1]:
-                    return i
-        _raise_any(replies)
-        return None
+        attempts = 0
+
+        def write() -> list[Any]:
+            nonlocal attempts
+            attempts += 1
+            return self._run(commands)
+
+        replies = self._idempotent(write)
+        mine = [reply is not None and not isinstance(reply, Exception) for reply in replies]
+        present = [i for i, reply in enumerate(replies) if reply is None]
+        if attempts > 1 and present:
+            held = self._read([(keys[i], ("GET", keys[i])) for i in present])
+            for i, data in zip(present, held, strict=True):
+                mine[i] = data == pairs[i][1]
+        return _Written(
+            [pairs[i][0] for i, own in enumerate(mine) if own],
+            next((i for i in present if not mine[i]), None),
+            next((r for r in replies if isinstance(r, Exception)), None),
+        )
 
     def _abort(
         self, scope: _Scope, owner: _Tenant, op: bytes, written: Sequence[bytes] | None = None
@@ -731,7 +763,9 @@ class ClusterStorage(RedisNames, Storage):
             self._idempotent(lambda: self._run([(k, ("DEL", k)) for k in keys]))
         self._idempotent(lambda: self._run([(scope.ops, ("HDEL", scope.ops, op))]))
 
-    def _undo_quietly(self, scope: _Scope, owner: _Tenant, op: bytes, written=None) -> None:
+    def _undo_quietly(
+        self, scope: _Scope, owner: _Tenant, op: bytes, written: Sequence[bytes] | None = None
+    ) -> None:
         """Abort after a failure; if that fails too, garbage collection finishes it."""
         try:
             self._abort(scope, owner, op, written)
@@ -751,12 +785,17 @@ class ClusterStorage(RedisNames, Storage):
         learn the truth. Returns the final step's reply, or raises."""
         try:
             if pairs:
-                taken = self._write_blobs(scope, pairs)
-                if taken is not None:
-                    written = [i for j, (i, _) in enumerate(pairs) if j != taken]
-                    self._undo_quietly(scope, owner, op, written)
-                    raise BlobExistsError(f"blob {pairs[taken][0].hex()} already exists")
+                written = self._write_blobs(scope, pairs)
+                if written.taken is not None or written.error is not None:
+                    self._undo_quietly(scope, owner, op, written.created)
+                    if written.error is not None:
+                        raise StorageUnavailableError(
+                            f"Redis Cluster at {self.url}: {written.error}"
+                        ) from written.error
+                    raise BlobExistsError(f"blob {pairs[written.taken][0].hex()} already exists")
         except (RedisError, RedisClusterException, NotReplicatedError) as exc:
+            # No complete answer: the op's own ids are ours or were never written (see
+            # _write_blobs), so the abort deletes them all.
             self._undo_quietly(scope, owner, op)
             raise StorageUnavailableError(f"Redis Cluster at {self.url}: {exc}") from exc
         try:
@@ -1051,26 +1090,30 @@ class ClusterStorage(RedisNames, Storage):
                 break
         left = self._read(
             [
-                (scope.root, ("EXISTS", scope.root, scope.keyrings)),
                 (scope.root, ("ZCARD", scope.garbage)),
                 (scope.root, ("ZCARD", scope.pending)),
                 (scope.root, ("HLEN", scope.ops)),
             ]
         )
-        if not any(left[1:]):
+        if not any(left):
             self._run([_gc_op("SREM", b"gc", scope.tag)])
+            # Reservations so far, read before looking again: a commit reserved before
+            # this is seen below (open, or swapped in); one reserved after, by _DROP.
+            field = scope.tag + b":r"
+            reserved = self._read([(owner.usage, ("HGET", owner.usage, field))])[0]
             again = self._read(
                 [
+                    (scope.root, ("EXISTS", scope.root, scope.keyrings)),
                     (scope.root, ("ZCARD", scope.garbage)),
                     (scope.root, ("ZCARD", scope.pending)),
                     (scope.root, ("HLEN", scope.ops)),
                 ]
             )
-            if any(again):  # a commit or stage slipped some in: it stays
+            if any(again[1:]):  # a commit or stage slipped some in: it stays
                 self._run([_gc_op("SADD", b"gc", scope.tag)])
-            elif not left[0]:
+            elif not again[0]:
                 keys = [owner.usage, owner.databases, owner.journal]
-                self._call(owner.usage, "drop", keys, [scope.tag])
+                self._call(owner.usage, "drop", keys, [scope.tag, reserved or b"0"])
         return deleted
 
     def _delete(self, scope: _Scope, owner: _Tenant, op: bytes, value: bytes) -> int:
@@ -1081,8 +1124,13 @@ class ClusterStorage(RedisNames, Storage):
         size = sum(n for e, n in zip(sizes[0::2], sizes[1::2], strict=True) if e)
         args = [op, scope.tag, count, size, repr(float(self._clock()))]
         self._call(owner.usage, "release", [owner.usage, owner.journal], args)
-        gone = self._run([(k, ("DEL", k)) for k in keys], write=False) if keys else []
-        self._run([(scope.ops, ("HDEL", scope.ops, op))], write=False)
+        # In this order, each step confirmed by replicas before the next: were the op's
+        # removal lost in a failover after its journal mark's removal got through, the
+        # next pass would subtract the same blobs again; were a DEL lost after the op's
+        # removal, its blob would stay, counted nowhere. The mark may go unconfirmed:
+        # _reclaim_journal removes a leftover one (its op is gone, it gives back 0).
+        gone = _raise_any(self._run([(k, ("DEL", k)) for k in keys])) if keys else []
+        _raise_any(self._run([(scope.ops, ("HDEL", scope.ops, op))]))
         self._run([(owner.journal, ("HDEL", owner.journal, op))], write=False)
         return sum(1 for n in gone if n == 1)
 

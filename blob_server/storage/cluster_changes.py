@@ -60,11 +60,21 @@ class _ShardFeed(RedisRootChanges):
         return self._storage.pubsub_connection(self._node)  # type: ignore[call-arg]
 
     def _other(self, reply: list) -> None:
-        """An ``sunsubscribe`` for a channel still watched: Redis moved its slot."""
-        if reply[0] == b"sunsubscribe" and len(reply) == 3 and reply[1] in self._key_of:
-            self._subscribed.discard(reply[1])
+        """An ``sunsubscribe`` beyond the SUNSUBSCRIBEs this feed sent, for a channel
+        still watched: Redis moved its slot. (Answers come in order, so counting is
+        exact: the answer to our own SUNSUBSCRIBE of a database watched again since is
+        not a move.)"""
+        if reply[0] != b"sunsubscribe" or len(reply) != 3:
+            return
+        channel = reply[1]
+        if self._unsubscribing[channel]:
+            self._unsubscribing[channel] -= 1
+            if not self._unsubscribing[channel]:
+                del self._unsubscribing[channel]
+        elif channel in self._key_of:
+            self._subscribed.discard(channel)
             log.warning("event=root_changes_moved node=%s", self._node.name)
-            self._on_lost()
+            self._lose()
 
 
 class ClusterRootChanges(RootChanges):

@@ -562,6 +562,12 @@ class _Plan:
         raise BlobExistsError(f"blob {self.ids[int(reply[1])].hex()} already exists")
 
 
+#: Key names of tenants and databases remembered (each kind) before forgetting them all:
+#: a client may name any number of databases that do not exist, and a name costs one
+#: keyed hash to work out again.
+NAMES_REMEMBERED = 4096
+
+
 class RedisNames:
     """Key names from the namespace key, shared by ``RedisStorage`` and the cluster's
     ``ClusterStorage``: the scope and tenant tags of the module doc, and the error
@@ -614,6 +620,8 @@ class RedisNames:
         names = v.check_scope(tenant, database)
         scope = self._scopes.get(names)
         if scope is None:
+            if len(self._scopes) >= NAMES_REMEMBERED:
+                self._scopes.clear()
             tag = hashlib.blake2b(
                 _length_prefixed(*names),
                 key=self._namespace_key(),
@@ -627,6 +635,8 @@ class RedisNames:
         """Return the key names of a tenant's usage (call inside _errors)."""
         keys = self._tenants.get(tenant)
         if keys is None:
+            if len(self._tenants) >= NAMES_REMEMBERED:
+                self._tenants.clear()
             tag = hashlib.blake2b(
                 _length_prefixed(v.check_name(tenant, "tenant")),
                 key=self._namespace_key(),

@@ -20,9 +20,12 @@ a client trusting its last push would then serve a stale root. So:
 * a lost connection is reconnected at once; after re-subscribing, the current seq of
   every watched database is read (one pipelined HGET) and delivered: whatever was
   missed is caught up, and a client whose root is older reads it again;
-* if that first reconnection fails, ``on_lost`` is called (the server disconnects its
-  subscribed clients, which then read roots until they subscribe again), and the feed
-  retries every ``RETRY_DELAY`` seconds; ``watch`` answers False meanwhile.
+* if that first reconnection fails, or the catch-up does (Redis loading its data, a
+  timeout), ``on_lost`` is called (the server disconnects its subscribed clients, which
+  then read roots until they subscribe again), and the feed retries every
+  ``RETRY_DELAY`` seconds; ``watch`` answers False meanwhile;
+* ``watch`` answers True only if no loss was reported while it waited: a client whose
+  subscription the server registers after a loss would not have been cut off by it.
 
 Until a loss is noticed (at most ``PING_INTERVAL + PING_TIMEOUT`` for a silent one, at
 once for a closed socket) a client may miss commits, like a push still on its way.
@@ -86,6 +89,10 @@ class RedisRootChanges(RootChanges):
         self._outbox: asyncio.Queue[tuple[Any, ...]] | None = None
         self._up = asyncio.Event()
         self._failing = False  # a reconnection failed: watch answers False at once
+        self._losses = 0  # times on_lost was called
+        # SUNSUBSCRIBEs sent on the current connection and not yet answered, per
+        # channel: an answer beyond them is Redis's own (a slot that moved, on a cluster).
+        self._unsubscribing: Counter[bytes] = Counter()
         self._last_pong = 0.0
         self._counters = dict.fromkeys(("delivered", "lost", "caught_up"), 0)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -103,6 +110,7 @@ class RedisRootChanges(RootChanges):
             self._channel_of[key] = channel
             self._key_of[channel] = key
         self._counts[key] += 1
+        losses = self._losses
         try:
             if not self._up.is_set():
                 if self._failing:
@@ -117,6 +125,9 @@ class RedisRootChanges(RootChanges):
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return False
+        if self._losses != losses:  # the server may have cut off its clients meanwhile
+            self.unwatch(tenant, database)
+            return False
         return True
 
     def unwatch(self, tenant: str, database: str) -> None:
@@ -128,7 +139,8 @@ class RedisRootChanges(RootChanges):
                 self._key_of.pop(channel, None)
                 if channel in self._subscribed:
                     self._subscribed.discard(channel)
-                    self._send(self._UNSUBSCRIBE, channel)
+                    if self._send(self._UNSUBSCRIBE, channel):
+                        self._unsubscribing[channel] += 1
         else:
             self._counts[key] -= 1
 
@@ -142,11 +154,13 @@ class RedisRootChanges(RootChanges):
 
     # -- the connection ------------------------------------------------------------------
 
-    def _send(self, *command: Any) -> None:
-        """Queue a command on the live connection (dropped when there is none: the next
-        connection subscribes to what is watched then)."""
-        if self._outbox is not None:
-            self._outbox.put_nowait(command)
+    def _send(self, *command: Any) -> bool:
+        """Queue a command on the live connection; False if there is none (dropped: the
+        next connection subscribes to what is watched then)."""
+        if self._outbox is None:
+            return False
+        self._outbox.put_nowait(command)
+        return True
 
     def _subscribe(self, *channels: bytes) -> asyncio.Future:
         """Send SUBSCRIBE; return a future done when every channel is confirmed."""
@@ -158,7 +172,8 @@ class RedisRootChanges(RootChanges):
             self._pending.setdefault(channel, deque()).append(future)
             futures.append(future)
         self._send(self._SUBSCRIBE, *channels)
-        return asyncio.gather(*futures)
+        # Shielded: a watch that gives up must not cancel a confirmation others await.
+        return asyncio.gather(*map(asyncio.shield, futures))
 
     async def _run(self) -> None:
         connected_before = False  # a connection was up once: a loss may have missed changes
@@ -168,7 +183,9 @@ class RedisRootChanges(RootChanges):
             try:
                 await conn.connect()
                 await self._serve(conn, catch_up=connected_before)
-            except _LOST as exc:
+            except Exception as exc:  # whatever it was, the feed goes on
+                # Lost, or the catch-up failed (StorageUnavailableError): a task that
+                # ended here would leave subscribed clients trusting a silent feed.
                 was_up = self._up.is_set()
                 if was_up:  # lost a working connection: reconnect at once, catch up
                     self._counters["lost"] += 1
@@ -180,6 +197,7 @@ class RedisRootChanges(RootChanges):
                 self._up.clear()
                 self._outbox = None
                 self._subscribed.clear()
+                self._unsubscribing.clear()
                 for futures in self._pending.values():
                     for future in futures:
                         if not future.done():
@@ -196,7 +214,12 @@ class RedisRootChanges(RootChanges):
             self._failing = True
             log.warning("event=root_changes_unavailable error=%s", type(exc).__name__)
             if connected_before:
-                self._on_lost()
+                self._lose()
+
+    def _lose(self) -> None:
+        """Tell the server that changes may have been missed."""
+        self._losses += 1
+        self._on_lost()
 
     async def _serve(self, conn: Any, *, catch_up: bool) -> None:
         """Subscribe to every watched channel, catch up if needed, then read messages and

@@ -110,7 +110,6 @@ class RedisCommitLeases(CommitLeases):
     def __init__(self, storage: RedisStorage | ClusterStorage, timeout: float) -> None:
         self.timeout = check_lease_timeout(timeout)
         self._storage = storage
-        self._keys: dict[Key, list[bytes]] = {}
         # owner -> {token: (key, granted at (monotonic) or None while waiting)}
         self._claims: dict[Hashable, dict[bytes, tuple[Key, float | None]]] = {}
         self._counts = dict.fromkeys(("granted", "released", "expired", "dropped"), 0)
@@ -118,10 +117,8 @@ class RedisCommitLeases(CommitLeases):
         self._leave: Any = None
 
     async def _call(self, script: str, key: Key, *args: Any) -> int:
-        keys = self._keys.get(key)
-        if keys is None:
-            base = await self._storage.scope_prefix(*key)
-            keys = self._keys[key] = [base + s for s in (b"lh", b"lq", b"lb", b"ln")]
+        base = await self._storage.scope_prefix(*key)  # remembered by the storage
+        keys = [base + s for s in (b"lh", b"lq", b"lb", b"ln")]
         client = self._storage.async_client()
         try:
             if script is _TURN:
@@ -203,8 +200,7 @@ class RedisCommitLeases(CommitLeases):
         return released
 
     async def held_by_other(self, tenant: str, database: str, token: bytes | None) -> bool:
-        keys = self._keys.get((tenant, database))
-        prefix = keys[0] if keys else (await self._storage.scope_prefix(tenant, database)) + b"lh"
+        prefix = await self._storage.scope_prefix(tenant, database) + b"lh"
         try:
             holder = await self._storage.async_client().get(prefix)
         except _REDIS_ERRORS as exc:

@@ -113,6 +113,8 @@ def test_an_instance_with_its_own_sql_is_refused(hr):
     refused("Upper", lambda: Employee.objects.annotate(x=Upper("last_name", function="LOWER")))
 
 
+@pytest.mark.filterwarnings("ignore:The PostgreSQL specific StringAgg")  # used on purpose
+@pytest.mark.filterwarnings("ignore:delimiter. str will be resolved")
 def test_an_older_djangos_look_alike_is_refused(hr):
     """django.contrib.postgres' StringAgg (the only one on Django 5.2) is not
     django.db.models.StringAgg (Django 6.0): dispatch on real classes refuses it."""

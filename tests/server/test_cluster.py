@@ -25,13 +25,14 @@ from collections import defaultdict
 import pytest
 
 from blob_server.cli import main as cli_main
-from blob_server.exceptions import StorageUnavailableError
+from blob_server.exceptions import BlobExistsError, StorageUnavailableError
 from blob_server.storage import Quota, RootRecord
 from blob_server.storage.cluster import OP_TIMEOUT, ClusterStorage
 from blob_server.wire.storage import DURABLE, EVERYSEC, VOLATILE
 from tests.core.hr import Employee
 from tests.server import test_scale_out as scale_out
 from tests.server.cluster import LocalCluster, move_slot, start_cluster
+from tests.server.crash import collect_as_if_timed_out
 from tests.server.test_concurrency import make_deployment, run_writers
 from tests.server.test_push import eq_query, open_db, register, seed
 from tests.server.test_server_e2e import ServerProcess
@@ -68,7 +69,7 @@ def test_a_crashed_commit_is_aborted_by_garbage_collection(cluster_storage_facto
     pairs = [(os.urandom(16), b"a" * 100), (os.urandom(16), b"b" * 50)]
     op = store._open(scope, owner, [i for i, _ in pairs])
     store._reserve(T, scope, owner, op, 2, 150, 150, Quota(max_bytes=1000))
-    assert store._write_blobs(scope, pairs) is None
+    assert store._write_blobs(scope, pairs).created == [i for i, _ in pairs]
     # ... and the server dies before the swap: the reservation holds the quota.
     assert held(store) == (2, 150)
     assert store.collect_garbage() == 0  # younger than OP_TIMEOUT: still in flight
@@ -94,7 +95,7 @@ def test_an_applied_commit_whose_settle_was_lost_is_settled_by_garbage_collectio
     blob = (os.urandom(16), b"c" * 30)
     op = store._open(scope, owner, [blob[0]])
     store._reserve(T, scope, owner, op, 1, 30, 30 + 5 - 40, Quota())  # root: 40 -> 5 bytes
-    store._write_blobs(scope, [blob])
+    assert store._write_blobs(scope, [blob]).created == [blob[0]]
     keys = [scope.root, scope.garbage, scope.pending, scope.ops]
     assert store._call(scope.root, "swap", keys, [op, "1", "2", b"r" * 5, "0", 0]) == [1]
     # ... and the server dies before the settle: the shrink is not given back yet.
@@ -104,6 +105,75 @@ def test_an_applied_commit_whose_settle_was_lost_is_settled_by_garbage_collectio
     assert held(store) == (1, 35)  # 30 blob bytes + 5 root bytes
     assert store.get_root(T, "db") == RootRecord(2, b"r" * 5)
     assert store.get_blobs(T, "db", [blob[0]]) == {blob[0]: blob[1]}
+
+
+def commit_first_after_reserving(store: ClusterStorage, **winner) -> None:
+    """Make the store's next commit lose a race: right after it reserved (its checks
+    passed, its blobs not written yet) the commit ``winner`` goes through."""
+    reserve = store._reserve
+
+    def reserve_then_lose_the_race(*args, **kwargs):
+        reserve(*args, **kwargs)
+        store._reserve = reserve
+        assert store.commit(T, "db", expected_seq=0, **winner).ok
+
+    store._reserve = reserve_then_lose_the_race
+
+
+def test_a_commit_that_finds_its_blob_written_by_another_never_deletes_it(
+    cluster_storage_factory,
+):
+    """Two commits at one seq carrying the same blob (a client of this database re-using
+    an id): the second finds the blob written by the first on its first attempt, so it is
+    not its own, whatever its bytes. It fails without deleting the winner's blob, and
+    gives its reservation back."""
+    store = cluster_storage_factory()
+    blob = {os.urandom(16): b"w" * 100}
+    commit_first_after_reserving(store, root=b"winner", blobs=blob)
+    with pytest.raises(BlobExistsError):
+        store.commit(T, "db", expected_seq=0, root=b"loser", blobs=blob)
+    assert store.get_root(T, "db") == RootRecord(1, b"winner")
+    assert store.get_blobs(T, "db", list(blob)) == blob
+    assert held(store) == (1, 100 + len(b"winner"))
+
+
+def test_a_failed_commit_deletes_only_the_blobs_it_wrote(cluster_storage_factory):
+    """A commit of 40 new blobs, two of which another commit writes first (one with the
+    same bytes): refused, its 38 own blobs deleted, the other two kept, usage exact."""
+    store = cluster_storage_factory()
+    first = {os.urandom(16): b"a" * 10, os.urandom(16): b"b" * 10}
+    commit_first_after_reserving(store, root=b"r", blobs=first)
+    mine = {os.urandom(16): b"c" * 10 for _ in range(38)}
+    again = dict(zip(first, (b"a" * 10, b"z" * 10), strict=True))
+    with pytest.raises(BlobExistsError):
+        store.commit(T, "db", expected_seq=0, root=b"s", blobs={**mine, **again})
+    assert store.get_blobs(T, "db", list(first)) == first
+    assert store.get_blobs(T, "db", list(mine)) == {}
+    assert held(store) == (2, 20 + 1)
+    assert store.get_root(T, "db") == RootRecord(1, b"r")
+
+
+def test_a_first_commit_racing_the_collector_keeps_its_database_counted(
+    cluster_storage_factory,
+):
+    """The collector finds a database empty (an op on it was aborted) and is about to
+    take it out of its tenant's count when the database's first commit (no blobs) goes
+    through: the database stays counted."""
+    store = cluster_storage_factory()
+    scope, owner = store._scope(T, "db"), store._tenant(T)
+    store._abort(scope, owner, store._open(scope, owner, []))
+    assert store.usage(T).databases == 0
+    call = store._call
+
+    def commit_before_dropping(key, script, keys, args):
+        if script == "drop":
+            assert store.commit(T, "db", expected_seq=0, root=b"first", blobs={}).ok
+        return call(key, script, keys, args)
+
+    store._call = commit_before_dropping
+    store.collect_garbage()
+    assert store.usage(T).databases == 1
+    assert store.get_root(T, "db") == RootRecord(1, b"first")
 
 
 def test_durability_is_the_weakest_node_and_says_how_commits_wait(
@@ -252,10 +322,20 @@ class Writers:
     conflict); every acknowledged commit is recorded with its seq, root and blob."""
 
     def __init__(
-        self, store: ClusterStorage, databases: int = 4, per_database: int = 2, size: int = 64
+        self,
+        store: ClusterStorage,
+        databases: int = 4,
+        per_database: int = 2,
+        size: int = 64,
+        *,
+        replace: bool = False,
     ):
         self.store = store
         self.size = size
+        #: Each commit names the writer's previous acknowledged blob as garbage, for a
+        #: collector to delete while the cluster changes under it.
+        self.replace = replace
+        self.doubtful: set[bytes] = set()
         self.acked: list[tuple[str, int, bytes, bytes]] = []
         self.unknown = 0
         self.lock = threading.Lock()
@@ -278,6 +358,7 @@ class Writers:
 
     def _run(self, database: str, writer: int) -> None:
         serial = 0
+        previous: list[bytes] = []
         while not self.stop.is_set():
             try:
                 seq = self.store.get_root(T, database).seq
@@ -288,16 +369,20 @@ class Writers:
                     expected_seq=seq,
                     root=root.encode(),
                     blobs={blob_id: os.urandom(self.size)},
+                    garbage=previous,
                 )
             except StorageUnavailableError:
                 with self.lock:
                     self.unknown += 1
+                    self.doubtful.update(previous)
                 time.sleep(0.05)
                 continue
             serial += 1
             if result.ok:
                 with self.lock:
                     self.acked.append((database, seq + 1, root.encode(), blob_id))
+                if self.replace:
+                    previous = [blob_id]
 
     def check(self, store: ClusterStorage) -> int:
         """Every acknowledged commit is there: its blob is readable, its seq was never
@@ -315,8 +400,38 @@ class Writers:
             if final.seq == top[0]:
                 assert final.data == top[1]
             ids = [blob for _, _, blob in commits]
+            if self.replace:  # each writer's last blob is live, unless a commit whose
+                # outcome is unknown named it garbage
+                last = {root.split(b":")[0]: blob for _, root, blob in sorted(commits)}
+                ids = [blob for blob in last.values() if blob not in self.doubtful]
             assert len(store.get_blobs(T, database, ids)) == len(ids), f"{database}: blobs lost"
         return len(self.acked)
+
+
+class Collector:
+    """A thread collecting garbage (retention 0) over and over while the cluster changes."""
+
+    def __init__(self, store: ClusterStorage) -> None:
+        self.store = store
+        self.deleted = self.failed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Collector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(120)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.deleted += self.store.collect_garbage(retention=0)
+            except StorageUnavailableError:
+                self.failed += 1
+            time.sleep(0.05)
 
 
 def replica_of(cluster: LocalCluster, master):
@@ -361,11 +476,13 @@ def test_a_master_killed_during_commits_loses_no_acknowledged_commit(tmp_path, c
         assert after > before > 0  # commits went on before and after the failover
         assert store.resent > 0 and writers.unknown > 0  # they ran into the lag and the kill
         kept = writers.check(ClusterStorage(cluster.spec))
+        usage, _ = collect_as_if_timed_out(cluster, T)  # usage == what the masters hold
         with capsys.disabled():
             print(
                 f"\nfailover: {kept}/{kept} acknowledged commits kept ({before} before the "
                 f"lag; {store.redirects} MOVED/CLUSTERDOWN replies, {store.resent} steps "
-                f"re-sent after a lost connection), {writers.unknown} answered unavailable"
+                f"re-sent after a lost connection), {writers.unknown} answered unavailable; "
+                f"usage {usage.blobs} blobs / {usage.bytes} bytes = what the masters hold"
             )
     finally:
         cluster.stop()
@@ -382,7 +499,8 @@ def test_live_resharding_during_commits_loses_no_acknowledged_commit(tmp_path, c
             if isinstance(ids[node.port], bytes):
                 ids[node.port] = ids[node.port].decode()
         first, second = cluster.nodes[0], cluster.nodes[1]
-        with Writers(store) as writers:
+        collector = Collector(ClusterStorage(cluster.spec))
+        with Writers(store, replace=True) as writers, collector:
             time.sleep(1)
             for source, target in ((first, second), (second, first)):
                 done = subprocess.run(
@@ -397,12 +515,16 @@ def test_live_resharding_during_commits_loses_no_acknowledged_commit(tmp_path, c
             during = len(writers.acked)
             time.sleep(1)
         assert during > 0 and store.redirects > 0  # the commits ran into the migrations
+        assert collector.deleted > 0  # garbage was deleted while the slots moved
         kept = writers.check(ClusterStorage(cluster.spec))
+        usage, _ = collect_as_if_timed_out(cluster, T)  # usage == what the masters hold
         with capsys.disabled():
             print(
                 f"\nreshard: {kept}/{kept} acknowledged commits kept ({during} during two "
                 f"migrations of 3000 slots, {store.redirects} MOVED/ASK/TRYAGAIN replies), "
-                f"{writers.unknown} answered unavailable"
+                f"{writers.unknown} answered unavailable; {collector.deleted} blobs "
+                f"collected meanwhile ({collector.failed} passes failed); usage "
+                f"{usage.blobs} blobs / {usage.bytes} bytes = what the masters hold"
             )
     finally:
         cluster.stop()

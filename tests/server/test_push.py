@@ -24,6 +24,7 @@ from tests.server.wire import InProcessServer, Wire, registry_with
 from zerodb_core import DB
 from zerodb_core.keyfile import KeyFile
 from zerodb_core.query import InRange
+from zerodb_core.transport import subscription
 from zerodb_core.transport.remote import RemoteTransport
 
 N_EMPLOYEES = 300
@@ -311,6 +312,26 @@ def test_with_pushes_off_every_query_reads_the_root(push_off_server):
         assert reads == ["main"]  # not subscribed: the root is read every time
         writer.add(Employee(name="Ann", surname="off", salary=1, description=""))
         assert len(eq_query(reader)) == len(first) + 1  # seen at once, without a push
+
+
+def test_a_refused_subscription_is_asked_again_later(push_off_server, monkeypatch):
+    """A refusal (pushes off, or the feed of other processes down) is not for the life
+    of the connection: a root read ``RETRY_REFUSED`` seconds later asks again, in the
+    same round trip, and once the server subscribes, warm queries read no root."""
+    monkeypatch.setattr(subscription, "RETRY_REFUSED", 0.0)
+    transport = RemoteTransport(
+        "127.0.0.1", push_off_server.port, tenant="acme", login_key=KEY.secret
+    )
+    with DB(transport, password=PASSWORD, kdf="fast") as db:
+        seed(db, n=20)
+        first = eq_query(db)
+        assert db.transport.known_root_seq("main") is None  # refused
+        push_off_server.server.push = True  # the feed is back
+        assert eq_query(db) == first  # this root read subscribes
+        assert db.transport.known_root_seq("main") is not None
+        reads = count_root_reads(db)
+        assert eq_query(db) == first
+        assert reads == []
 
 
 def test_subscribe_op_and_push_frames(tmp_path):

@@ -519,3 +519,16 @@ def test_a_user_that_may_not_publish_root_changes_is_refused(backend):
         assert storage.get_root(T, D).seq == 1
     finally:
         channels("allchannels")
+
+
+def test_the_key_names_remembered_are_bounded(backend):
+    """A client may name any number of databases that do not exist: the names worked
+    out for them are forgotten past ``NAMES_REMEMBERED``, not kept for ever."""
+    store = backend.storage()
+    limit = redis_backend.NAMES_REMEMBERED
+    for i in range(limit + 10):
+        assert store.get_root(T, f"made-up-{i}").seq == 0
+        store.usage(f"tenant-{i}")
+    assert 0 < len(store._scopes) <= limit
+    assert 0 < len(store._tenants) <= limit
+    assert store.get_root(T, "made-up-0").seq == 0  # worked out again

@@ -17,17 +17,23 @@ reached them but whose push has not reached us yet may be missed by a read start
 that window (like any snapshot read taken a moment earlier); it is never missed once its
 push has been read, and nothing older than a processed push is ever returned. A lost
 connection drops every guarantee (``clear``: no subscription on a new connection until
-the next root read subscribes again). Pushes cover commits through the same server
-process only (see ``blob_server.server``); a server started with pushes off answers the
-subscription with ``subscribed: False`` and every query reads the root.
+the next root read subscribes again). A server started with pushes off, or whose feed of
+other processes' commits is down, answers the subscription with ``subscribed: False``:
+every query reads the root, and a root read at least ``RETRY_REFUSED`` seconds later
+asks again in the same round trip (the feed may be back; the connection may live for
+hours).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 from blob_server.wire import protocol
 from zerodb_core.transport.base import MAX_SEQ
+
+#: Seconds after a refused subscription before a root read asks again.
+RETRY_REFUSED = 30.0
 
 
 class Subscriptions:
@@ -37,7 +43,7 @@ class Subscriptions:
 
     def __init__(self) -> None:
         self._known: dict[str, int | None] = {}
-        self._refused: set[str] = set()
+        self._refused: dict[str, float] = {}  # database -> when (monotonic)
         self._lock = threading.Lock()
         self.pushes = 0  # pushes taken in
 
@@ -89,12 +95,16 @@ class Subscriptions:
             return type(self._known.get(database)) is int or database in self._refused
 
     def begin(self, database: str) -> bool:
-        """Start subscribing to ``database`` unless subscribed (or refused) already;
-        return whether it started. The entry exists before the exchange so that a push
-        arriving between its two answers is kept."""
+        """Start subscribing to ``database`` unless subscribed already, or refused less
+        than ``RETRY_REFUSED`` seconds ago; return whether it started. The entry exists
+        before the exchange so that a push arriving between its two answers is kept."""
         with self._lock:
-            if database in self._known or database in self._refused:
+            if database in self._known:
                 return False
+            refused = self._refused.get(database)
+            if refused is not None and time.monotonic() - refused < RETRY_REFUSED:
+                return False
+            self._refused.pop(database, None)
             self._known[database] = None
             return True
 
@@ -104,8 +114,9 @@ class Subscriptions:
             self._known.pop(database, None)
 
     def refuse(self, database: str) -> None:
-        """The server would not subscribe (pushes off, an old server, or too many
-        subscriptions): every root read of ``database`` reads the root."""
+        """The server would not subscribe (pushes off, its feed down, an old server, or
+        too many subscriptions): root reads of ``database`` read the root, and ask again
+        after ``RETRY_REFUSED`` seconds."""
         with self._lock:
             self._known.pop(database, None)
-            self._refused.add(database)
+            self._refused[database] = time.monotonic()
