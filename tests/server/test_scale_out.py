@@ -112,14 +112,18 @@ def test_pushes_across_processes_stay_within_the_tenant_and_database(fleet):
         assert beta.transport.known_root_seq("iso") == 0
 
 
-def kill_subscribers(admin) -> int:
-    """CLIENT KILL every pub/sub connection (every server process's feed)."""
+def kill_subscribers(admin, at_least: int = 0) -> int:
+    """CLIENT KILL every pub/sub connection (every server process's feed), once at
+    least ``at_least`` are up (the feeds killed last time have subscribed again)."""
+    deadline = time.monotonic() + 10
+    while len(admin.client_list(_type="pubsub")) < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
     return admin.client_kill_filter(_type="pubsub")
 
 
 def test_a_killed_subscription_is_caught_up_not_left_stale(fleet, redis_server):
     admin = redis_server.client(REDIS_DB)
-    killed_subscriptions_are_caught_up(fleet, lambda: kill_subscribers(admin))
+    killed_subscriptions_are_caught_up(fleet, lambda: kill_subscribers(admin, at_least=2))
 
 
 def killed_subscriptions_are_caught_up(fleet, kill: Callable[[], int]) -> None:
