@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -348,6 +348,20 @@ return redis.call('GET', KEYS[1])
 """
 
 
+def url_with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` put in (percent-encoded), for a password read from a file
+    (``zerodb-server serve --redis-password-file``); one already there is refused."""
+    scheme, netloc, path, query, fragment = urlsplit(url)
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo and userinfo.partition(":")[2]:
+        raise StorageUnavailableError(
+            "the Redis password is both in the URL and in a password file: give it once"
+        )
+    user = userinfo.partition(":")[0]
+    netloc = f"{user}:{quote(password, safe='')}@{hostport}"
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
 def redact_url(url: str) -> str:
     """Return ``url`` without its password, for messages and reprs."""
     try:
@@ -377,6 +391,18 @@ def _length_prefixed(*names: str) -> bytes:
         raw = name.encode("utf-8", "surrogatepass")
         out += struct.pack(">I", len(raw)) + raw
     return bytes(out)
+
+
+def publish_refused(where: str, exc: ResponseError) -> StorageUnavailableError:
+    """The refusal of a Redis whose ACL forbids this user the root-change channels.
+
+    *Why at first use and not at the first commit*: the commit script publishes last,
+    after its writes, and a script's writes are not undone when it fails; every commit
+    would be applied and yet answered as failed."""
+    return StorageUnavailableError(
+        f"{where} does not let this user publish on the zdb:* channels ({exc}); every "
+        "commit announces its new root there: grant them (ACL SETUSER <user> &zdb:*)"
+    )
 
 
 def check_server(client: redis.Redis, where: str) -> None:
@@ -724,11 +750,7 @@ class RedisStorage(RedisNames, Storage):
         try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
             self._redis.publish(PUBLISH_PROBE, b"0")
         except ResponseError as exc:
-            raise StorageUnavailableError(
-                f"Redis at {self.url} does not let this user publish on the zdb:* channels "
-                f"({exc}); every commit announces its new root there: grant them "
-                "(ACL SETUSER <user> &zdb:*)"
-            ) from None
+            raise publish_refused(f"Redis at {self.url}", exc) from None
         check_server(self._redis, self.url)
 
     def durability(self) -> Durability:
