@@ -635,8 +635,14 @@ class ClusterStorage(RedisNames, Storage):
 
     def durability(self) -> Durability:
         """The weakest persistence of any node (a replica may become the master), with
-        what the replicas add; ``PersistenceUnknownError`` if a node will not say."""
+        what the replicas add; ``PersistenceUnknownError`` if a node will not say.
+
+        It is the storage's first use when ``serve`` starts (``blob_server.durability``),
+        so it makes the first use's checks (``_check_server``): a user the nodes' ACLs
+        will not let publish root changes stops ``serve`` with the grant to make, instead
+        of failing every request later with no more than "storage unavailable"."""
         with self._errors():
+            self._namespace_key()
             found = [node_durability(client, node.name) for node, client in self._nodes()]
             replicas = len(self._client().get_replicas())
         weakest = max(found, key=lambda d: DURABILITY_MODES.index(d.mode))

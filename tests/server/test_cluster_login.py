@@ -205,10 +205,11 @@ def set_channels(node, rule: str) -> None:
 
 
 @pytest.mark.parametrize("where", ["every node", "one node"])
-def test_a_user_that_may_not_publish_root_changes_is_refused(login_cluster, where):
+def test_a_user_that_may_not_publish_root_changes_is_refused(login_cluster, where, tmp_path):
     """Without ``&zdb:*`` each commit's swap script would fail at its SPUBLISH, after
     its writes (a script's writes are not undone): applied, yet answered as failed.
-    So the first use refuses such a user, naming the grant. ACLs are per node: a
+    So the first use refuses such a user, naming the grant (``serve``: at startup,
+    rather than answer every request "storage unavailable"). ACLs are per node: a
     single node without the grant is found too, even one that does not own the probe
     channel's slot (Redis checks the ACL before it answers MOVED)."""
     cluster, login, _ = login_cluster
@@ -227,8 +228,12 @@ def test_a_user_that_may_not_publish_root_changes_is_refused(login_cluster, wher
             store.commit("acme", "db", expected_seq=0, root=b"r", blobs={b"\1" * 16: b"x"})
         message = str(refused.value)
         assert "ACL SETUSER <user> &zdb:*" in message and PASSWORD not in message
-        assert f"127.0.0.1:{revoked[-1].port}" in message
+        named = [f"Redis Cluster node 127.0.0.1:{node.port} of" for node in revoked]
+        assert any(name in message for name in named), message
         store.close()
+        err = serve_error(tmp_path, "--redis-cluster", url)  # serve: at startup
+        assert any(f"error: {name}" in err for name in named), err
+        assert "ACL SETUSER <user> &zdb:*" in err and PASSWORD not in err, err
     finally:
         for node in revoked:
             set_channels(node, "&zdb:*")
