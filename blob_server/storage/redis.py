@@ -755,8 +755,14 @@ class RedisStorage(RedisNames, Storage):
 
     def durability(self) -> Durability:
         """Read ``appendonly`` and ``appendfsync`` with CONFIG GET (one round trip; see
-        ``node_durability``)."""
+        ``node_durability``).
+
+        It is the storage's first use when ``serve`` starts (``blob_server.durability``),
+        so it makes the first use's checks first (``_check_server``, once): a user the
+        ACL will not let publish root changes stops ``serve`` with the grant to make,
+        instead of failing every request later with no more than "storage unavailable"."""
         with self._errors():
+            self._namespace_key()
             return node_durability(self._redis, self.url)
 
     def info_aof_enabled(self) -> bool | None:

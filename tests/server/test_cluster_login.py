@@ -298,7 +298,8 @@ class PasswordRedis(PrivateRedis):
 
 def test_a_password_file_serves_a_single_redis_too(tmp_path):
     """``--redis-password-file`` with ``--redis`` (``stats`` opens the storage as
-    ``serve`` does): the right password reads, a wrong one is refused."""
+    ``serve`` does): the right password reads, a wrong one is refused; and ``serve``
+    refuses a user without the ``zdb:*`` channels when it starts, as on a cluster."""
     node = PasswordRedis(tmp_path / "redis", requirepass=PASSWORD)
     node.start()
     tenants = tmp_path / "tenants.json"
@@ -316,5 +317,9 @@ def test_a_password_file_serves_a_single_redis_too(tmp_path):
         store = RedisStorage(url)
         assert PASSWORD not in store.url and store.get_root("acme", "db").seq == 0
         store.close()
+        node.client().execute_command("ACL", "SETUSER", "default", "resetchannels")
+        err = serve_error(tmp_path, "--redis", node.url, "--redis-password-file", secret)
+        assert f"error: Redis at redis://:***@127.0.0.1:{node.port}/0 does not let" in err, err
+        assert "ACL SETUSER <user> &zdb:*" in err and PASSWORD not in err, err
     finally:
         node.kill()
