@@ -13,7 +13,8 @@ processes, and real clients. What each test shows:
 * a user without the ``zdb:*`` channels, on every node or on one node only (ACLs are per
   node): refused at first use, naming ``ACL SETUSER <user> &zdb:*``, before a commit
   could be applied and yet answered as failed;
-* the URL forms, and that the password stays out of ``url`` and ``repr``.
+* the URL forms, and that the password stays out of ``url`` and ``repr``;
+* ``--redis-password-file`` (also with ``--redis``), and its bad files.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from blob_server.cli import _open_storage, build_parser, read_password_file
 from blob_server.cli import main as cli_main
-from blob_server.exceptions import StorageUnavailableError
+from blob_server.exceptions import StorageError, StorageUnavailableError
 from blob_server.storage.cluster import ClusterStorage
 from blob_server.storage.cluster_address import parse_cluster_address
 from blob_server.storage.redis import PUBLISH_PROBE, RedisStorage, url_with_password
@@ -323,3 +325,31 @@ def test_a_password_file_serves_a_single_redis_too(tmp_path):
         assert "ACL SETUSER <user> &zdb:*" in err and PASSWORD not in err, err
     finally:
         node.kill()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "cannot read the Redis password file"),
+        ("", "one non-empty line"),
+        ("two\nlines\n", "one non-empty line"),
+    ],
+)
+def test_a_bad_password_file_is_refused(tmp_path, content, said):
+    path = tmp_path / "pw"
+    if content is not None:
+        path.write_text(content)
+    args = build_parser().parse_args(
+        ["serve", "--redis-cluster", "127.0.0.1:7000", "--redis-password-file", str(path)]
+    )
+    with pytest.raises(StorageError, match=said):
+        _open_storage(args)
+
+
+def test_a_password_file_needs_a_redis(tmp_path):
+    path = tmp_path / "pw"
+    path.write_text("secret\n")
+    args = build_parser().parse_args(["serve", "--redis-password-file", str(path)])
+    with pytest.raises(StorageError, match="needs --redis or --redis-cluster"):
+        _open_storage(args)
+    assert read_password_file(str(path)) == "secret"
