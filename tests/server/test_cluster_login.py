@@ -6,8 +6,11 @@ module), ``zerodb-server serve --redis-cluster redis://zerodb@... --redis-passwo
 processes, and real clients. What each test shows:
 
 * commits through one process reach the clients of the others (the subscribers of
-  ``cluster_changes`` log in too) and commit leases are one FIFO across processes (the
-  asyncio client logs in too): ``test_scale_out``'s tests, run on these fleets;
+  ``cluster_changes`` log in too), and commit leases are one FIFO across processes (the
+  asyncio client logs in too: ``test_scale_out``'s test, run on these fleets); on the
+  TLS cluster each master has a replica, which follows it as the same ACL user
+  (``masteruser``) over TLS (``tls-replication yes``), and commits wait for it
+  (``WAIT``), so a replica that could not log in would fail every commit;
 * a wrong password, a missing one, an unknown CA: ``serve`` exits with one ``error:``
   line and no traceback, and never prints the password;
 * a user without the ``zdb:*`` channels, on every node or on one node only (ACLs are per
@@ -35,10 +38,11 @@ from blob_server.exceptions import StorageError, StorageUnavailableError
 from blob_server.storage.cluster import ClusterStorage
 from blob_server.storage.cluster_address import parse_cluster_address
 from blob_server.storage.redis import PUBLISH_PROBE, RedisStorage, url_with_password
+from tests.core.hr import Employee
 from tests.server import test_scale_out as scale_out
 from tests.server.cluster import LocalCluster, NodeLogin, start_cluster
 from tests.server.conftest import PrivateRedis
-from tests.server.test_push import register
+from tests.server.test_push import eq_query, open_db, register, seed, wait_for_seq
 from tests.server.test_server_e2e import ROOT, ServerProcess
 
 USER, PASSWORD = "zerodb", "s3cret:/@%pw"  # characters a URL has to escape
@@ -92,14 +96,20 @@ class LoginClusterServer(ServerProcess):
 
 @pytest.fixture(scope="module", params=["acl", "tls"])
 def login_cluster(request, tmp_path_factory) -> Iterator[tuple[LocalCluster, NodeLogin, Path]]:
-    """A 3-master cluster whose nodes want user ``zerodb`` (``default off``), over TLS
-    only for ``tls``; and a file holding the password."""
+    """A 3-master cluster whose nodes want user ``zerodb`` (``default off``); for ``tls``
+    over TLS only and with a replica per master; and a file holding the password."""
     tmp = tmp_path_factory.mktemp(f"cluster-{request.param}")
     tls = make_certificates(tmp / "tls") if request.param == "tls" else None
     login = NodeLogin(USER, PASSWORD, tls)
     acl = tmp / "users.acl"
     acl.write_text(GRANTED)
-    cluster = start_cluster(tmp / "nodes", login=login, aclfile=str(acl))
+    cluster = start_cluster(
+        tmp / "nodes",
+        replicas=1 if tls else 0,  # replicas cost 7 s more: the TLS cluster has them
+        login=login,
+        aclfile=str(acl),
+        repl_diskless_sync_delay="0",  # replicas attach at once, not 5 s later
+    )
     secret = tmp / "redis-password"
     secret.write_text(PASSWORD + "\n")
     yield cluster, login, secret
@@ -131,8 +141,32 @@ def login_fleet(login_cluster, tmp_path_factory) -> Iterator[tuple[list[ServerPr
 
 
 def test_commits_through_one_process_are_pushed_to_the_others(login_fleet):
-    """Writes and reads through every process, pushes through the sharded subscribers."""
-    scale_out.test_a_commit_through_one_process_is_pushed_to_the_clients_of_the_others(login_fleet)
+    """Writes and reads through every process, and pushes through the sharded
+    subscribers, which log in as the cluster client does: a reader subscribed through
+    another process learns each commit by a push (a subscriber that could not log in
+    would leave ``known_root_seq`` behind, and the reader on reads of the root)."""
+    (a, b, c), keys = login_fleet
+    with (
+        open_db(a, keys["acme"], "fleet") as writer,
+        open_db(b, keys["acme"], "fleet") as reader_b,
+        open_db(c, keys["acme"], "fleet") as reader_c,
+    ):
+        readers = [reader_b, reader_c]
+        for reader in readers:
+            assert eq_query(reader) == []  # subscribes
+        seed(writer)
+        expected = eq_query(writer)
+        assert expected  # the seed has employees the query finds
+        for i in range(3):
+            committed = writer.stats()["seq"]
+            for reader in readers:
+                wait_for_seq(reader, committed)  # pushed by another process
+                assert eq_query(reader) == expected
+            new = Employee(name="Ann", surname=f"L{i}", salary=1, description="pushed")
+            writer.add(new)
+            expected = sorted([*expected, new.pk])
+        for reader in readers:
+            assert reader.transport.pushes >= 3
 
 
 def test_commit_leases_are_one_fifo_across_processes(login_fleet):
