@@ -22,6 +22,7 @@ processes, and real clients. What each test shows:
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -208,6 +209,23 @@ def test_a_wrong_password_is_a_clear_startup_error(login_cluster, tmp_path):
         tmp_path, "--redis-cluster", cluster_url(cluster, login, password="not the password")
     )
     assert "invalid username-password pair" in err and "not the password" not in err, err
+
+
+def test_stats_logs_in_as_serve_does(login_fleet, login_cluster, capsys):
+    """``stats`` takes the same options; it finds the fleet's tenant's databases."""
+    cluster, login, secret = login_cluster
+    (a, _, _), keys = login_fleet
+    with open_db(a, keys["acme"], "counted") as db:
+        seed(db, n=3)
+    tenants = a.args[a.args.index("--tenants") + 1]
+    args = ["stats", "--redis-cluster", cluster_url(cluster, login), "--tenants", tenants]
+    capsys.readouterr()
+    assert cli_main([*args, "--redis-password-file", str(secret), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    acme = next(entry for entry in report["tenants"] if entry["tenant"] == "acme")
+    assert acme["databases"] and acme["blobs"] > 0
+    assert cli_main(args) == 1  # no password
+    assert "invalid username-password pair" in capsys.readouterr().err
 
 
 def test_the_password_in_the_url_and_in_a_file_is_refused(login_cluster, tmp_path):
