@@ -130,23 +130,47 @@ def _non_negative_int(value: str) -> int:
     return number
 
 
+def read_password_file(path: str) -> str:
+    """The password in ``path``: the file's text without its final line break (as
+    ``echo secret > file`` writes it, or a mounted Kubernetes or Docker secret)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StorageError(f"cannot read the Redis password file: {exc}") from None
+    password = text.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password:
+        raise StorageError(f"the Redis password file {path} must hold one non-empty line")
+    return password
+
+
 def _open_storage(args: argparse.Namespace) -> Storage:
-    """The storage the options name (``--redis-cluster`` with its replica options)."""
+    """The storage the options name (``--redis-cluster`` with its replica options,
+    ``--redis-password-file`` for either Redis)."""
     from blob_server.storage import open_storage
 
     spec = getattr(args, "redis_cluster", None)
     wait_ms = getattr(args, "replica_timeout", None)
+    password_file = getattr(args, "redis_password_file", None)
+    password = None if password_file is None else read_password_file(password_file)
     if spec:
         from blob_server.storage.cluster import ClusterStorage
 
         return ClusterStorage(
             spec,
+            password=password,
             min_replicas=getattr(args, "min_replicas", None),
             replica_timeout=1.0 if wait_ms is None else wait_ms / 1000,
         )
     if getattr(args, "min_replicas", None) is not None or wait_ms is not None:
         raise StorageError("--min-replicas and --replica-timeout need --redis-cluster")
-    return open_storage(_storage_url(args))
+    url = _storage_url(args)
+    if password is not None:
+        if not getattr(args, "redis", None):
+            raise StorageError("--redis-password-file needs --redis or --redis-cluster")
+        from blob_server.storage.redis import url_with_password
+
+        url = url_with_password(args.redis, password)
+    return open_storage(url)
 
 
 def tenants_path(args: argparse.Namespace) -> Path:
@@ -231,12 +255,25 @@ def _add_storage_options(parser: argparse.ArgumentParser, *, default: str | None
         if default
         else "sqlite:///relative.zdb or sqlite:////absolute.zdb",
     )
-    where.add_argument("--redis", metavar="URL", help="redis://host:6379/0 (production storage)")
+    where.add_argument(
+        "--redis",
+        metavar="URL",
+        help="redis://[[user]:password@]host:6379/0, rediss:// for TLS (production storage)",
+    )
     where.add_argument(
         "--redis-cluster",
-        metavar="HOST:PORT[,HOST:PORT...]",
-        help="a Redis Cluster: some of its nodes (the others are discovered); a database's "
-        "blobs spread over every node, its commits stay atomic (docs/architecture.md)",
+        metavar="NODES",
+        help="a Redis Cluster: some of its nodes (the others are discovered), as "
+        "HOST:PORT[,HOST:PORT...] or redis://[[user]:password@]HOST:PORT[,HOST:PORT...] "
+        "(rediss:// for TLS, with ?ssl_ca_certs=PEM, ssl_certfile=PEM&ssl_keyfile=PEM); "
+        "a database's blobs spread over every node, its commits stay atomic "
+        "(docs/architecture.md)",
+    )
+    parser.add_argument(
+        "--redis-password-file",
+        metavar="PATH",
+        help="read the password of --redis or --redis-cluster from this file (its one "
+        "line) instead of the URL, which other users of the machine can see",
     )
     parser.add_argument(
         "--tenants", metavar="PATH", help="tenants file (default: <sqlite store>.tenants.json)"

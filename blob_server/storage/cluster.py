@@ -88,6 +88,7 @@ from redis.exceptions import (
     NoScriptError,
     RedisClusterException,
     RedisError,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -101,16 +102,18 @@ from blob_server.exceptions import (
     StorageUnavailableError,
 )
 from blob_server.storage import validation as v
+from blob_server.storage.cluster_address import parse_cluster_address
 from blob_server.storage.redis import (
     _NAMESPACE,
+    PUBLISH_PROBE,
     RedisNames,
     _limit,
     _quota_error,
     _Scope,
     _Tenant,
-    check_publish,
     check_server,
     node_durability,
+    publish_refused,
 )
 from blob_server.wire.storage import (
     DEFAULT_RETENTION_SECONDS,
@@ -429,28 +432,17 @@ def _op_time(value: bytes) -> float:
     return float(value.split(b"|", 2)[1])
 
 
-def _parse_nodes(spec: str) -> list[ClusterNode]:
-    """``HOST:PORT[,HOST:PORT...]`` as redis-py's startup nodes."""
-    nodes = []
-    for part in spec.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StorageUnavailableError(
-                f"bad Redis Cluster node {part.strip()!r}: use HOST:PORT[,HOST:PORT...]"
-            )
-        nodes.append(ClusterNode(host.strip("[]"), int(port)))
-    return nodes
-
-
 class ClusterStorage(RedisNames, Storage):
     """Store blobs, roots, keyrings, counters and garbage in a Redis Cluster.
 
     ``nodes`` is ``HOST:PORT[,HOST:PORT...]`` of some of the cluster's nodes (the rest
-    are discovered). ``min_replicas``: how many replicas must confirm each write (None:
-    1 where the slot's master has a replica, else 0); ``replica_timeout`` bounds that
-    wait, in seconds. ``retry_seconds`` bounds the re-sending of steps Redis did not
-    execute (a failover or a slot migration in progress). ``password`` authenticates
-    to every node.
+    are discovered), or the same as a ``redis://`` or ``rediss://`` URL with a user,
+    password and TLS options (``blob_server.storage.cluster_address``). ``min_replicas``:
+    how many replicas must confirm each write (None: 1 where the slot's master has a
+    replica, else 0); ``replica_timeout`` bounds that wait, in seconds. ``retry_seconds``
+    bounds the re-sending of steps Redis did not execute (a failover or a slot migration
+    in progress). ``password`` authenticates to every node (one not in the URL: read
+    from a file).
     """
 
     _spread_blobs = True
@@ -467,17 +459,17 @@ class ClusterStorage(RedisNames, Storage):
         replica_timeout: float = 1.0,
         retry_seconds: float = 20.0,
     ) -> None:
-        startup = _parse_nodes(nodes)
-        self.url = "redis-cluster://" + ",".join(f"{n.host}:{n.port}" for n in startup)
+        self._address = parse_cluster_address(nodes, password=password)
+        self.url = self._address.url
         if min_replicas is not None and min_replicas < 0:
             raise InvalidRequestError("min_replicas must be None or >= 0")
         self._clock = clock
         self._min_replicas = min_replicas
         self._replica_timeout_ms = max(1, int(replica_timeout * 1000))
         self._retry_seconds = retry_seconds
-        self._startup = startup
+        self._startup = list(self._address.nodes)
         self._options: dict[str, Any] = {
-            "password": password,
+            **self._address.connection_options(),
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": connect_timeout,
         }
@@ -517,10 +509,23 @@ class ClusterStorage(RedisNames, Storage):
         return self._idempotent(lambda: self._call(keys[0], "namespace", keys, args))
 
     def _check_server(self) -> None:
-        """On every node (a replica may become the master): the user may publish root
-        changes (the swap script's ``SPUBLISH``), and no key is evicted."""
+        """On every node (each has its own ACL; a replica may become a master): refuse
+        a user that may not ``SPUBLISH`` root changes (``publish_refused``), then
+        ``check_server`` (eviction refused, no AOF warned about).
+
+        The probe is the swap script's own command on a ``zdb:`` channel; a node that
+        does not own the probe's slot answers MOVED, but only after its ACL let the
+        command through (Redis checks permissions before it redirects), so every node
+        is checked with one command."""
         for node, client in self._nodes():
-            check_publish(client, node.name)
+            try:
+                client.execute_command("SPUBLISH", PUBLISH_PROBE, b"0")
+            except (MovedError, AskError):
+                pass  # permitted, and sent elsewhere
+            except ResponseError as exc:
+                raise publish_refused(
+                    f"Redis Cluster node {node.name} of {self.url}", exc
+                ) from None
             check_server(client, node.name)
 
     def _nodes(self) -> list[tuple[ClusterNode, redis.Redis]]:
@@ -646,8 +651,14 @@ class ClusterStorage(RedisNames, Storage):
 
     def durability(self) -> Durability:
         """The weakest persistence of any node (a replica may become the master), with
-        what the replicas add; ``PersistenceUnknownError`` if a node will not say."""
+        what the replicas add; ``PersistenceUnknownError`` if a node will not say.
+
+        It is the storage's first use when ``serve`` starts (``blob_server.durability``),
+        so it makes the first use's checks (``_check_server``): a user the nodes' ACLs
+        will not let publish root changes stops ``serve`` with the grant to make, instead
+        of failing every request later with no more than "storage unavailable"."""
         with self._errors():
+            self._namespace_key()
             found = [node_durability(client, node.name) for node, client in self._nodes()]
             replicas = len(self._client().get_replicas())
         weakest = max(found, key=lambda d: DURABILITY_MODES.index(d.mode))
@@ -1274,10 +1285,13 @@ class ClusterStorage(RedisNames, Storage):
     def pubsub_connection(self, node: ClusterNode) -> Any:
         """A new, unconnected asyncio connection to ``node`` for a subscriber (reads on
         it block until a message; the feed checks its health itself)."""
+        options = self._address.connection_options()
+        tls = options.pop("ssl", False)
         pool = redis.asyncio.ConnectionPool(
+            connection_class=redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
             host=node.host,
             port=node.port,
-            password=self._options["password"],
+            **options,
             socket_timeout=None,
             socket_connect_timeout=self._options["socket_connect_timeout"],
             retry=AsyncRetry(NoBackoff(), 0),

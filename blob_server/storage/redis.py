@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -348,6 +348,20 @@ return redis.call('GET', KEYS[1])
 """
 
 
+def url_with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` put in (percent-encoded), for a password read from a file
+    (``zerodb-server serve --redis-password-file``); one already there is refused."""
+    scheme, netloc, path, query, fragment = urlsplit(url)
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo and userinfo.partition(":")[2]:
+        raise StorageUnavailableError(
+            "the Redis password is both in the URL and in a password file: give it once"
+        )
+    user = userinfo.partition(":")[0]
+    netloc = f"{user}:{quote(password, safe='')}@{hostport}"
+    return urlunsplit((scheme, netloc, path, query, fragment))
+
+
 def redact_url(url: str) -> str:
     """Return ``url`` without its password, for messages and reprs."""
     try:
@@ -379,6 +393,18 @@ def _length_prefixed(*names: str) -> bytes:
     return bytes(out)
 
 
+def publish_refused(where: str, exc: ResponseError) -> StorageUnavailableError:
+    """The refusal of a Redis whose ACL forbids this user the root-change channels.
+
+    *Why at first use and not at the first commit*: the commit script publishes last,
+    after its writes, and a script's writes are not undone when it fails; every commit
+    would be applied and yet answered as failed."""
+    return StorageUnavailableError(
+        f"{where} does not let this user publish on the zdb:* channels ({exc}); every "
+        "commit announces its new root there: grant them (ACL SETUSER <user> &zdb:*)"
+    )
+
+
 def check_server(client: redis.Redis, where: str) -> None:
     """Refuse a Redis that evicts keys; warn about one that does not persist them.
 
@@ -399,23 +425,6 @@ def check_server(client: redis.Redis, where: str) -> None:
             "in a crash, and clients would see that as a rollback",
             where,
         )
-
-
-def check_publish(client: redis.Redis, where: str) -> None:
-    """Refuse a Redis whose ACL will not let this user publish on the ``zdb:*`` channels.
-
-    Every commit's script publishes its new seq (``redis_changes``) after it swapped the
-    root, and Redis does not roll a script back: without the permission every commit
-    would be applied and then answered as failed. ``PUBLISH`` is refused on the same
-    ``&pattern`` grant as the cluster's ``SPUBLISH``."""
-    try:
-        client.publish(PUBLISH_PROBE, b"0")
-    except ResponseError as exc:
-        raise StorageUnavailableError(
-            f"Redis at {where} does not let this user publish on the zdb:* channels "
-            f"({exc}); every commit announces its new root there: grant them "
-            "(ACL SETUSER <user> &zdb:*)"
-        ) from None
 
 
 def node_durability(client: redis.Redis, where: str) -> Durability:
@@ -748,13 +757,22 @@ class RedisStorage(RedisNames, Storage):
     def _check_server(self) -> None:
         """Refuse a Redis that will not let this user publish root changes; then
         ``check_server`` (eviction refused, no AOF warned about)."""
-        check_publish(self._redis, self.url)
+        try:  # every commit PUBLISHes its seq (redis_changes): an ACL must allow it
+            self._redis.publish(PUBLISH_PROBE, b"0")
+        except ResponseError as exc:
+            raise publish_refused(f"Redis at {self.url}", exc) from None
         check_server(self._redis, self.url)
 
     def durability(self) -> Durability:
         """Read ``appendonly`` and ``appendfsync`` with CONFIG GET (one round trip; see
-        ``node_durability``)."""
+        ``node_durability``).
+
+        It is the storage's first use when ``serve`` starts (``blob_server.durability``),
+        so it makes the first use's checks first (``_check_server``, once): a user the
+        ACL will not let publish root changes stops ``serve`` with the grant to make,
+        instead of failing every request later with no more than "storage unavailable"."""
         with self._errors():
+            self._namespace_key()
             return node_durability(self._redis, self.url)
 
     def info_aof_enabled(self) -> bool | None:

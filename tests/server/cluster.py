@@ -5,7 +5,9 @@ Ports are free loopback ports below 55536, so the cluster bus (port + 10000) fit
 never 6379. Nodes keep no RDB; ``appendonly`` is off unless a test asks (the failover
 tests count on replicas and ``WAIT``, not on the disk). A cluster can be SIGKILLed and
 restarted whole (``kill``, ``start``): every node comes back on its port and directory,
-with its ``nodes.conf`` (so the same node ids and slots) and its append-only file.
+with its ``nodes.conf`` (so the same node ids and slots) and its append-only file. A
+``NodeLogin`` makes nodes that want an ACL user, or TLS (``port 0``, ``tls-port``,
+``tls-cluster yes``): the helpers log in with it.
 """
 
 from __future__ import annotations
@@ -42,11 +44,45 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
+@dataclass(frozen=True)
+class NodeLogin:
+    """How the helpers log in to the nodes: an ACL user, and TLS (``tls``: the node
+    options ``tls-cert-file``, ``tls-key-file``, ``tls-ca-cert-file``; clients trust that
+    CA and present the node's certificate, which the tests' CA made for both uses)."""
+
+    username: str | None = None
+    password: str | None = None
+    tls: dict[str, str] | None = None
+
+    def client_options(self) -> dict[str, object]:
+        """redis-py's keyword arguments."""
+        options: dict[str, object] = {"username": self.username, "password": self.password}
+        if self.tls:
+            options.update(
+                ssl=True,
+                ssl_ca_certs=self.tls["tls-ca-cert-file"],
+                ssl_certfile=self.tls["tls-cert-file"],
+                ssl_keyfile=self.tls["tls-key-file"],
+            )
+        return options
+
+    def cli_args(self) -> list[str]:
+        """redis-cli's options."""
+        args = (
+            ["--user", self.username or "default", "--pass", self.password] if self.password else []
+        )
+        if self.tls:
+            args += ["--tls", "--cacert", self.tls["tls-ca-cert-file"]]
+            args += ["--cert", self.tls["tls-cert-file"], "--key", self.tls["tls-key-file"]]
+        return args
+
+
 class ClusterNodeProcess(PrivateRedis):
     """One node: ``PrivateRedis`` with cluster mode on, a port whose bus port is free,
     a short node timeout (failovers in about 2 s) and no append-only file."""
 
-    def __init__(self, directory: Path, **options: str) -> None:
+    def __init__(self, directory: Path, login: NodeLogin | None = None, **options: str) -> None:
+        self.login = login or NodeLogin()
         super().__init__(
             directory,
             **{
@@ -59,9 +95,21 @@ class ClusterNodeProcess(PrivateRedis):
             },
         )
         self.port = free_cluster_port()
+        if self.login.password:  # replicas log in to their master as that user
+            self.options.update(masteruser=self.login.username or "default")
+            self.options.update(masterauth=self.login.password)
+        if self.login.tls:  # TLS only, the cluster bus (tls-port + 10000) and replication too
+            self.options.update({"port": "0", "tls-port": str(self.port), **self.login.tls})
+            self.options.update({"tls-cluster": "yes", "tls-replication": "yes"})
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_connect_timeout=0.5, socket_timeout=5)
+        return redis.Redis(
+            host="127.0.0.1",  # the name the tests' certificates carry
+            port=self.port,
+            socket_connect_timeout=0.5,
+            socket_timeout=5,
+            **self.login.client_options(),  # type: ignore[arg-type]
+        )
 
     def stop(self) -> None:
         if self.process is not None:
@@ -148,19 +196,26 @@ class LocalCluster:
 
 
 def start_cluster(
-    directory: Path, *, masters: int = 3, replicas: int = 0, **options: str
+    directory: Path,
+    *,
+    masters: int = 3,
+    replicas: int = 0,
+    login: NodeLogin | None = None,
+    **options: str,
 ) -> LocalCluster:
-    """Start the nodes, create the cluster, wait until it is ok."""
+    """Start the nodes, create the cluster, wait until it is ok (``login``: how to log in
+    to nodes whose ``options`` ask for a user or TLS)."""
     cli = shutil.which("redis-cli")
     if cli is None:
         pytest.fail(INSTALL_HINT, pytrace=False)
     cluster = LocalCluster()
     try:
         for _ in range(masters * (1 + replicas)):
-            node = ClusterNodeProcess(directory / f"node-{len(cluster.nodes)}", **options)
+            node = ClusterNodeProcess(directory / f"node-{len(cluster.nodes)}", login, **options)
             node.start()
             cluster.nodes.append(node)
-        argv = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in cluster.nodes)]
+        argv = [cli, *(login or NodeLogin()).cli_args(), "--cluster", "create"]
+        argv += [f"127.0.0.1:{n.port}" for n in cluster.nodes]
         argv += ["--cluster-replicas", str(replicas), "--cluster-yes"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         if done.returncode:
