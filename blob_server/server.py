@@ -158,6 +158,10 @@ def _fmt(event: str, fields: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+#: Characters of a storage error's message kept in the log line.
+LOGGED_DETAIL = 300
+
+
 def log_event(level: int, event: str, **fields: Any) -> None:
     """Log one structured ``event=... key=value`` line (values only, never contents)."""
     if log.isEnabledFor(level):
@@ -742,7 +746,14 @@ class BlobServer:
         except NotStagedError as exc:
             raise RequestError(protocol.NOT_STAGED, str(exc)) from None
         except StorageUnavailableError as exc:
-            log_event(logging.ERROR, "storage_unavailable", error=type(exc).__name__)
+            # The storage's message says why (addresses with passwords redacted, key
+            # names opaque); the client is told only that it may retry.
+            log_event(
+                logging.ERROR,
+                "storage_unavailable",
+                error=type(exc).__name__,
+                detail=str(exc)[:LOGGED_DETAIL],
+            )
             raise RequestError(protocol.UNAVAILABLE, "storage unavailable") from None
 
     # -- operations ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ failed logins, ``--garbage-retention 0``.
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -161,6 +162,10 @@ def test_a_server_nobody_runs_is_unavailable(dep):
     operational(caught.value, "cannot reach the blob server", "retry later")
 
 
+#: The log line of a request that the storage failed.
+STORAGE_OUTAGE = re.compile(r"event=storage_unavailable .*")
+
+
 @pytest.mark.parametrize(
     "aof_store",
     # On a cluster the server re-sends its steps for 20 s before it answers (a
@@ -180,6 +185,16 @@ def test_a_server_whose_redis_is_down_says_retry_later(dep, servers, aof_store):
             with pytest.raises(StoreUnavailableError) as caught:
                 db.add(*employees(3, random.Random(2), start=3))
             operational(caught.value, "retry later")
+            # The operator's log says why (the client is only told to retry). The
+            # client may have been told by the loss of its push feed before its
+            # request reached the storage: one more request surely does.
+            with pytest.raises(StoreUnavailableError):
+                db.add(*employees(3, random.Random(2), start=3))
+            deadline = time.monotonic() + 10
+            while not (outage := STORAGE_OUTAGE.search(server.log.read_text())):
+                assert time.monotonic() < deadline, "no storage_unavailable line"
+                time.sleep(0.05)
+            assert re.search(r'detail="(Redis|Redis Cluster) at ', outage.group())
             store.start()
             deadline = time.monotonic() + 30  # the server's pool finds Redis again
             while True:
