@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +104,22 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def start_redis(directory: Path) -> tuple[subprocess.Popen, int]:
-    """A throwaway redis-server on a free loopback port, nothing on disk."""
+def start_redis(
+    directory: Path,
+    options: dict[str, str] | None = None,
+    pick_port: Callable[[], int] = free_port,
+) -> tuple[subprocess.Popen, int]:
+    """A throwaway redis-server on a free loopback port (``pick_port``), nothing on disk;
+    ``options`` are more of its settings (``bench.local_cluster.node_options``)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    settings = {"save": "", "appendonly": "no", "dir": str(directory), "loglevel": "warning"}
+    settings |= options or {}
     for _ in range(5):  # another process may take the free port first
-        port = free_port()
-        argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-        argv += ["--appendonly", "no", "--dir", str(directory), "--loglevel", "warning"]
+        port = pick_port()
+        argv = [binary, "--port", str(port), "--bind", "127.0.0.1"]
+        argv += [arg for name, value in settings.items() for arg in (f"--{name}", value)]
         process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 10
@@ -142,15 +150,21 @@ def cli(*args: str) -> str:
 
 
 def start_server(
-    redis_url: str, tenants: Path, log: Path, options: tuple[str, ...] = ("--gc-interval", "0")
+    redis_url: str,
+    tenants: Path,
+    log: Path,
+    options: tuple[str, ...] = ("--gc-interval", "0"),
+    *,
+    flag: str = "--redis",
 ) -> tuple[subprocess.Popen, int]:
-    """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file).
+    """``zerodb-server serve --redis`` on a free port (its log, INFO as deployed, to a file);
+    ``flag="--redis-cluster"`` with a node list as ``redis_url`` for a Redis Cluster.
 
     ``options`` go on its command line; by default no garbage collection, whose sweeps
     would land in the middle of timed fetches (``bench.write_cost`` passes none: it
     measures the server as deployed).
     """
-    argv = [sys.executable, "-m", "blob_server.cli", "serve", "--redis", redis_url]
+    argv = [sys.executable, "-m", "blob_server.cli", "serve", flag, redis_url]
     # The benchmark's Redis keeps no append-only file (``--appendonly no``, as measured).
     argv += ["--allow-volatile-redis"]
     argv += ["--tenants", str(tenants), *options, "--bind", "127.0.0.1:0"]

@@ -33,7 +33,7 @@ operation id ``R`` recorded on both sides:
 2. *reserve*: one ``{T}`` script checks the quota and adds the growth to the usage at
    once (so concurrent commits see it: quotas are never overrun), and journals
    ``{T}:j[R]``. A shrink (smaller root or keyring) is journalled, applied at settle.
-3. *write* the blobs (``SET NX``, pipelined per node).
+3. *write* the blobs (``SET NX``, pipelined per node, every node's pipeline at once).
 4. *swap*: one ``{S}`` script: seq, ``R`` still open, staged ids pending; root, garbage,
    and ``HDEL {S}:o[R]``: the op's disappearance is the record that it was applied.
 5. *settle*: ``{T}`` applies the journalled shrink and deletes ``j[R]``.
@@ -56,6 +56,13 @@ so a step counts only once ``n`` replicas have it (``min_replicas``; by default 
 the slot's master has a replica, 0 when it has none). A commit whose swap is applied
 but not confirmed in time is answered ``StorageUnavailableError`` (outcome unknown), so
 an acknowledged commit is on a replica and survives its master's failover.
+
+Round trips: a step whose keys live on several masters (the blob writes, the checks
+before a commit, open or reserve with their collector set on another node) sends one
+pipeline per master, writing all of them before reading any answer (``_send``): it
+costs one round trip of latency, whatever the number of masters, in the caller's thread. A
+commit with blobs waits for six (checks, open, reserve, write, swap, settle), as many
+as on one master; the single-Redis backend's one script takes one.
 
 Retries: a step that Redis did not execute (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, NOSCRIPT)
 is re-sent to the right node, for up to ``retry_seconds`` (a failover takes the
@@ -422,6 +429,58 @@ def _raise_any(replies: list[Any]) -> list[Any]:
     return replies
 
 
+def _send(
+    batches: Sequence[tuple[redis.Redis, Sequence[tuple[Any, ...]]]],
+) -> list[list[Any] | Exception]:
+    """Run each batch of commands on its node's client, pipelined: write every batch
+    first, then read every batch's replies, so a step over three masters waits for its
+    slowest answer, not for three in a row (and needs no thread). Redis reads a client's
+    commands whether or not it has read the replies yet, so writing all before reading
+    any cannot stall.
+
+    Returns each batch's replies (an error reply in its place, as redis-py's pipelines
+    give them with ``raise_on_error=False``), or the error that lost its connection.
+    Every reply on the wire is read before it returns, so no command of a step is still
+    in flight when its caller goes on, and a connection goes back to its pool only once
+    read to the end (else it is closed)."""
+    outcomes: list[list[Any] | Exception] = []
+    sent: list[tuple[int, redis.Redis, Any]] = []  # (batch, client, connection) to read
+    try:
+        for client, commands in batches:
+            connection = None
+            try:
+                connection = client.connection_pool.get_connection()
+                connection.send_packed_command(connection.pack_commands(commands))
+            except Exception as exc:
+                if connection is not None:
+                    connection.disconnect()
+                    client.connection_pool.release(connection)
+                outcomes.append(exc)
+                continue
+            sent.append((len(outcomes), client, connection))
+            outcomes.append([])
+        while sent:
+            index, client, connection = sent[0]
+            replies: list[Any] = []
+            try:
+                for command in batches[index][1]:
+                    try:
+                        replies.append(client.parse_response(connection, command[0]))
+                    except ResponseError as exc:
+                        replies.append(exc)
+                outcomes[index] = replies
+            except Exception as exc:
+                connection.disconnect()
+                outcomes[index] = exc
+            client.connection_pool.release(connection)
+            sent.pop(0)
+    finally:
+        for _, client, connection in sent:  # interrupted: replies left unread
+            connection.disconnect()
+            client.connection_pool.release(connection)
+    return outcomes
+
+
 def _ids_of(value: bytes) -> list[bytes]:
     """The blob ids of an op value ``state|time|hex ids``."""
     hexed = value.split(b"|", 2)[2]
@@ -555,11 +614,13 @@ class ClusterStorage(RedisNames, Storage):
         self, commands: Sequence[tuple[bytes, tuple[Any, ...]]], *, write: bool = True
     ) -> list[Any]:
         """Run each ``(key, command)`` on the master of its key's slot, pipelined per
-        node, and return the replies in order; a write pipeline ends with ``WAIT``.
+        node, every node's pipeline written before any answer is read (``_send``), and
+        return the replies in order; a write pipeline ends with ``WAIT``.
 
         Commands Redis did not execute (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, NOSCRIPT) are
         re-sent where they belong until ``retry_seconds`` pass; connection errors and
-        timeouts propagate (the caller knows whether re-sending is safe)."""
+        timeouts propagate (the caller knows whether re-sending is safe), the first in
+        node order once every pipeline was answered or failed."""
         cluster = self._client()
         replies: list[Any] = [None] * len(commands)
         todo: dict[int, ClusterNode | None] = dict.fromkeys(range(len(commands)))  # ASK node
@@ -574,17 +635,24 @@ class ClusterStorage(RedisNames, Storage):
                 targets[node.name] = (node, slot)
             todo = {}
             failure: Exception | None = None
+            sends: list[tuple[ClusterNode, bool, list[int], int]] = []
+            batches: list[tuple[redis.Redis, list[tuple[Any, ...]]]] = []
             for (name, asking), indexes in groups.items():
                 node, slot = targets[name]
-                pipe = cluster.get_redis_connection(node).pipeline(transaction=False)
+                batch: list[tuple[Any, ...]] = []
                 for index in indexes:
                     if asking:
-                        pipe.execute_command("ASKING")
-                    pipe.execute_command(*commands[index][1])
+                        batch.append(("ASKING",))
+                    batch.append(commands[index][1])
                 need = self._replicas_needed(slot) if write else 0
                 if need:
-                    pipe.execute_command("WAIT", need, self._replica_timeout_ms)
-                got = pipe.execute(raise_on_error=False)
+                    batch.append(("WAIT", need, self._replica_timeout_ms))
+                sends.append((node, asking, indexes, need))
+                batches.append((cluster.get_redis_connection(node), batch))
+            outcomes = _send(batches)
+            for (node, asking, indexes, need), got in zip(sends, outcomes, strict=True):
+                if isinstance(got, BaseException):
+                    raise got
                 if need:
                     acked = got.pop()
                     if isinstance(acked, Exception):
@@ -767,11 +835,16 @@ class ClusterStorage(RedisNames, Storage):
         return True
 
     def _finish_abort(self, scope: _Scope, owner: _Tenant, op: bytes, value: bytes) -> None:
-        """Undo a tombstoned op (each step may be repeated by garbage collection)."""
-        self._settle(owner, op, applied=False)
-        keys = [scope.blob(i) for i in _ids_of(value)]
-        if keys:
-            self._idempotent(lambda: self._run([(k, ("DEL", k)) for k in keys]))
+        """Undo a tombstoned op (each step may be repeated by garbage collection): give
+        back the reservation and delete the blobs in one step (either order is fine, and
+        a crash between them leaves the tombstone to finish), then forget the op."""
+        keys = [owner.usage, owner.journal]
+        settle = ("EVALSHA", _SCRIPTS["settle"][1], len(keys), *keys, op, 0)
+        commands = [
+            (owner.usage, settle),
+            *((k, ("DEL", k)) for k in map(scope.blob, _ids_of(value))),
+        ]
+        _raise_any(self._idempotent(lambda: self._run(commands)))
         self._idempotent(lambda: self._run([(scope.ops, ("HDEL", scope.ops, op))]))
 
     def _undo_quietly(

@@ -1,5 +1,5 @@
-"""A Redis Cluster on loopback for the tests: ``redis-server --cluster-enabled yes`` per
-node in a directory of its own, joined with ``redis-cli --cluster create``.
+"""A Redis Cluster on loopback for the tests: ``bench.local_cluster`` (shared with the
+benchmarks) with ``PrivateRedis`` nodes.
 
 Ports are free loopback ports below 55536, so the cluster bus (port + 10000) fits too;
 never 6379. Nodes keep no RDB; ``appendonly`` is off unless a test asks (the failover
@@ -12,36 +12,25 @@ with its ``nodes.conf`` (so the same node ids and slots) and its append-only fil
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import socket
-import subprocess
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
+from bench import local_cluster
+from bench.local_cluster import ClusterError, free_cluster_port, node_options
 from blob_server.storage.cluster import ClusterStorage
-from tests.server.conftest import INSTALL_HINT, PrivateRedis, stop_redis_server
+from tests.server.conftest import PrivateRedis, stop_redis_server
 
-
-def free_cluster_port() -> int:
-    """A loopback port free now whose bus port (+10000) is free too."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port > 55535:
-            continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
+__all__ = [
+    "ClusterNodeProcess",
+    "LocalCluster",
+    "NodeLogin",
+    "free_cluster_port",
+    "move_slot",
+    "start_cluster",
+]
 
 
 @dataclass(frozen=True)
@@ -78,22 +67,12 @@ class NodeLogin:
 
 
 class ClusterNodeProcess(PrivateRedis):
-    """One node: ``PrivateRedis`` with cluster mode on, a port whose bus port is free,
-    a short node timeout (failovers in about 2 s) and no append-only file."""
+    """One node: ``PrivateRedis`` with ``node_options``, a port whose bus port is free,
+    and ``login``'s user or TLS."""
 
     def __init__(self, directory: Path, login: NodeLogin | None = None, **options: str) -> None:
         self.login = login or NodeLogin()
-        super().__init__(
-            directory,
-            **{
-                "cluster-enabled": "yes",
-                "cluster-config-file": str(directory / "nodes.conf"),
-                "cluster-node-timeout": "1000",
-                "cluster-replica-validity-factor": "0",  # a replica always may take over
-                "appendonly": "no",
-                **options,
-            },
-        )
+        super().__init__(directory, **{**node_options(directory), **options})
         self.port = free_cluster_port()
         if self.login.password:  # replicas log in to their master as that user
             self.options.update(masteruser=self.login.username or "default")
@@ -116,58 +95,10 @@ class ClusterNodeProcess(PrivateRedis):
             stop_redis_server(self.process)
 
 
-@dataclass
-class LocalCluster:
-    """``masters`` masters with ``replicas`` replicas each, all on loopback."""
-
-    nodes: list[ClusterNodeProcess] = field(default_factory=list)
-
-    @property
-    def spec(self) -> str:
-        """``HOST:PORT,...`` as ``--redis-cluster`` takes it."""
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
-
-    def masters(self) -> list[ClusterNodeProcess]:
-        """The nodes that are masters now (a failover changes them)."""
-        found = []
-        for node in self.nodes:
-            if node.process is None or node.process.poll() is not None:
-                continue
-            with contextlib.suppress(redis.RedisError):
-                role = node.client().execute_command("ROLE")[0]
-                if role in (b"master", "master"):
-                    found.append(node)
-        return found
-
-    def flush(self) -> None:
-        """Empty every master (replicas follow)."""
-        for node in self.masters():
-            node.client().flushall()
-
-    def wait_ok(self, timeout: float = 30.0) -> None:
-        """Wait until every live node says ``cluster_state:ok``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            states = []
-            for node in self.nodes:
-                if node.process is None or node.process.poll() is not None:
-                    continue
-                try:
-                    states.append(node.client().cluster("info").get("cluster_state"))
-                except redis.RedisError as exc:
-                    states.append(str(exc))
-            if all(s == "ok" for s in states):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"cluster not ok: {states}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    # The crash tests' interface, shared with ``PrivateRedis`` (``kill``, ``start``,
-    # ``serve_args``): the whole deployment dies and comes back at once.
+class LocalCluster(local_cluster.LocalCluster):
+    """The shared ``LocalCluster``, of ``ClusterNodeProcess`` nodes here, with the crash
+    tests' interface, shared with ``PrivateRedis`` (``kill``, ``start``, ``serve_args``):
+    the whole deployment dies and comes back at once."""
 
     def kill(self) -> None:
         """SIGKILL every node: what each append-only file holds is all that survives."""
@@ -204,36 +135,23 @@ def start_cluster(
     **options: str,
 ) -> LocalCluster:
     """Start the nodes, create the cluster, wait until it is ok (``login``: how to log in
-    to nodes whose ``options`` ask for a user or TLS)."""
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        pytest.fail(INSTALL_HINT, pytrace=False)
-    cluster = LocalCluster()
+    to nodes whose ``options`` ask for a user or TLS); a test fails if it cannot."""
+
+    def start_node(index: int) -> ClusterNodeProcess:
+        node = ClusterNodeProcess(directory / f"node-{index}", login, **options)
+        node.start()
+        return node
+
     try:
-        for _ in range(masters * (1 + replicas)):
-            node = ClusterNodeProcess(directory / f"node-{len(cluster.nodes)}", login, **options)
-            node.start()
-            cluster.nodes.append(node)
-        argv = [cli, *(login or NodeLogin()).cli_args(), "--cluster", "create"]
-        argv += [f"127.0.0.1:{n.port}" for n in cluster.nodes]
-        argv += ["--cluster-replicas", str(replicas), "--cluster-yes"]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        if done.returncode:
-            pytest.fail(f"redis-cli --cluster create failed: {done.stdout}{done.stderr}")
-        cluster.wait_ok()
-        if replicas:  # replicas attach after the slots are ok
-            deadline = time.monotonic() + 30
-            while len(cluster.masters()) != masters or not all(
-                len(entry) >= 3 + replicas  # CLUSTER SLOTS lists them: clients see them
-                for node in cluster.nodes
-                for entry in node.client().execute_command("CLUSTER", "SLOTS")
-            ):
-                assert time.monotonic() < deadline, "replicas did not attach"
-                time.sleep(0.1)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+        return local_cluster.start_cluster(
+            LocalCluster(),
+            start_node,
+            masters=masters,
+            replicas=replicas,
+            cli_args=(login or NodeLogin()).cli_args(),
+        )
+    except ClusterError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def move_slot(cluster: LocalCluster, slot: int, target: ClusterNodeProcess) -> None:

@@ -1,0 +1,128 @@
+"""How many round trips to Redis a cluster commit waits for, counted, not timed.
+
+A step of ``ClusterStorage`` whose keys live on several masters sends one pipeline per
+master; the commit then waits for the slowest of them, not for their sum, only if every
+pipeline is written before any answer is read. ``RoundTrips`` records what the storage
+writes to each node and reads back, in order (a counting wrapper around redis-py's own
+connections: the commands still go to the real nodes), and measures the depth: how many
+times the storage waited for an answer before writing again.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from redis.connection import AbstractConnection
+
+from blob_server.storage import Quota
+from blob_server.storage.cluster import ClusterStorage
+
+T = "tenant"
+#: The steps of a commit with blobs (module doc of ``blob_server.storage.cluster``): the
+#: checks (root and new ids), open, reserve, write the blobs, swap the root, settle.
+COMMIT_STEPS = ("check", "open", "reserve", "write", "swap", "settle")
+
+
+class RoundTrips:
+    """The writes and reads on every redis-py connection while it is installed, in order,
+    each with the node's port. A run of writes, each to its own node, followed by the
+    reads of their answers is one round trip; a write after a read starts the next."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, int]] = []
+        write, read = AbstractConnection.send_packed_command, AbstractConnection.read_response
+
+        def writing(connection, *args, **kwargs):
+            self.events.append(("write", connection.port))
+            return write(connection, *args, **kwargs)
+
+        def reading(connection, *args, **kwargs):
+            self.events.append(("read", connection.port))
+            return read(connection, *args, **kwargs)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", writing)
+        monkeypatch.setattr(AbstractConnection, "read_response", reading)
+
+    def writes(self) -> list[list[int]]:
+        """The ports of each run of writes (one round trip each)."""
+        runs: list[list[int]] = []
+        last = "read"
+        for kind, port in self.events:
+            if kind == "write":
+                if last == "read":
+                    runs.append([])
+                runs[-1].append(port)
+            last = kind
+        return runs
+
+    def depth(self) -> int:
+        """The round trips waited for one after another."""
+        return len(self.writes())
+
+    def widest(self) -> set[int]:
+        """The nodes of the largest run of writes sent together."""
+        return set(max(self.writes(), key=len, default=[]))
+
+
+def blobs_on_every_master(store: ClusterStorage, database: str) -> dict[bytes, bytes]:
+    """A commit's worth of 16 KiB blobs whose keys land on every master, one per master."""
+    cluster = store._client()
+    masters = {node.name for node in cluster.get_primaries()}
+    scope = store._scope(T, database)
+    chosen: dict[str, bytes] = {}
+    while set(chosen) != masters:
+        blob_id = os.urandom(16)
+        slot = cluster.keyslot(scope.blob(blob_id))
+        chosen.setdefault(cluster.nodes_manager.get_node_from_slot(slot).name, blob_id)
+    return {blob_id: os.urandom(16384) for blob_id in chosen.values()}
+
+
+def test_a_commit_with_blobs_on_every_master_waits_one_round_trip_per_step(
+    redis_cluster, cluster_storage_factory, monkeypatch
+):
+    store = cluster_storage_factory()
+    assert store.commit(T, "db", expected_seq=0, root=b"r", blobs={}).ok  # scripts loaded
+    blobs = blobs_on_every_master(store, "db")
+    masters = {node.port for node in redis_cluster.masters()}
+    assert len(masters) == len(blobs) > 1
+    watch = RoundTrips(monkeypatch)
+    assert store.commit(T, "db", expected_seq=1, root=b"r" * 512, blobs=blobs).ok
+    monkeypatch.undo()
+    assert watch.widest() == masters  # the blob writes (and the id checks) went out at once
+    assert sum(map(len, watch.writes())) > len(COMMIT_STEPS)  # steps over several masters
+    assert watch.depth() == len(COMMIT_STEPS)  # ... each one round trip
+    assert store.get_blobs(T, "db", list(blobs)) == blobs
+
+
+#: The steps of an abort (``ClusterStorage._abort``): cancel the op, give its reservation
+#: back and delete its blobs, forget the op.
+ABORT_STEPS = ("cancel", "undo", "forget")
+
+
+def test_an_abort_of_blobs_on_every_master_waits_one_round_trip_per_step(
+    redis_cluster, cluster_storage_factory, monkeypatch
+):
+    store = cluster_storage_factory()
+    scope, owner = store._scope(T, "db"), store._tenant(T)
+
+    def written() -> tuple[bytes, dict[bytes, bytes]]:
+        """Steps 1 to 3 of a commit (open, reserve, write) whose swap never comes."""
+        blobs = blobs_on_every_master(store, "db")
+        op = store._open(scope, owner, list(blobs))
+        size = sum(map(len, blobs.values()))
+        store._reserve(T, scope, owner, op, len(blobs), size, size, Quota())
+        assert store._write_blobs(scope, list(blobs.items())).created == list(blobs)
+        return op, blobs
+
+    assert store._abort(scope, owner, written()[0])  # scripts loaded on every master
+    op, blobs = written()
+    assert store.usage(T).blobs == len(blobs)
+    watch = RoundTrips(monkeypatch)
+    assert store._abort(scope, owner, op)
+    monkeypatch.undo()
+    assert watch.widest() == {node.port for node in redis_cluster.masters()}
+    assert watch.depth() == len(ABORT_STEPS)
+    assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)
+    assert store.get_blobs(T, "db", list(blobs)) == {}
+    assert store._read([(scope.ops, ("HLEN", scope.ops))]) == [0]
