@@ -20,7 +20,8 @@ Besides the throughput it reports the CPU time per operation of Redis (all maste
 together) and of all server processes together (from /proc), which does not depend on how
 busy the machine is, and the load average when each run started. Results:
 ``bench/results/scale-out-<date>.json`` and the table between the markers in
-``docs/performance.md``.
+``docs/performance.md`` (``--name NAME`` writes ``NAME-<date>.json`` and its own section
+instead, e.g. for a comparison run with ``--no-doc``).
 """
 
 from __future__ import annotations
