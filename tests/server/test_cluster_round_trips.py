@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import redis
 from redis.connection import AbstractConnection
 
 from blob_server.storage import Quota
-from blob_server.storage.cluster import ClusterStorage
+from blob_server.storage.cluster import ClusterStorage, _send
 
 T = "tenant"
 #: The steps of a commit with blobs (module doc of ``blob_server.storage.cluster``): the
@@ -126,3 +127,33 @@ def test_an_abort_of_blobs_on_every_master_waits_one_round_trip_per_step(
     assert (store.usage(T).blobs, store.usage(T).bytes) == (0, 0)
     assert store.get_blobs(T, "db", list(blobs)) == {}
     assert store._read([(scope.ops, ("HLEN", scope.ops))]) == [0]
+
+
+def test_a_lost_answer_on_one_master_leaves_no_reply_unread(redis_cluster, cluster_storage_factory):
+    """A step over two masters whose answer from one is lost (a socket timeout) still
+    reads the other's replies to the end and reports each outcome in its place, and no
+    connection goes back to its pool with a reply still to come."""
+    store = cluster_storage_factory()
+    cluster = store._client()
+    first, second = cluster.get_primaries()[:2]
+
+    def key_on(node) -> bytes:
+        n = 0
+        while cluster.nodes_manager.get_node_from_slot(cluster.keyslot(b"k%d" % n)) != node:
+            n += 1
+        return b"k%d" % n
+
+    slow, fast = (redis.Redis(port=n.port, socket_timeout=0.3) for n in (first, second))
+    waiting, written = key_on(first), key_on(second)
+    outcomes = _send(
+        [
+            (slow, [("BLPOP", waiting, 3)]),  # answers after 3 s, past the socket timeout
+            (fast, [("SET", written, b"v"), ("GET", written), ("HGET", written, b"f")]),
+        ]
+    )
+    assert isinstance(outcomes[0], redis.TimeoutError)
+    assert outcomes[1][:2] == [True, b"v"]
+    assert isinstance(outcomes[1][2], redis.ResponseError)  # WRONGTYPE, in its place
+    slow.rpush(waiting, b"x")  # a pooled connection would still wait for the BLPOP
+    assert slow.lpop(waiting) == b"x"
+    assert fast.get(written) == b"v"
