@@ -93,6 +93,9 @@ class RedisRootChanges(RootChanges):
         # SUNSUBSCRIBEs sent on the current connection and not yet answered, per
         # channel: an answer beyond them is Redis's own (a slot that moved, on a cluster).
         self._unsubscribing: Counter[bytes] = Counter()
+        # The highest seq delivered per watched channel: a catch-up that reads a lower
+        # one finds a store that went back (a replaced or restored Redis).
+        self._heard: dict[bytes, int] = {}
         self._last_pong = 0.0
         self._counters = dict.fromkeys(("delivered", "lost", "caught_up"), 0)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -137,6 +140,7 @@ class RedisRootChanges(RootChanges):
             channel = self._channel_of.pop(key, None)
             if channel is not None:
                 self._key_of.pop(channel, None)
+                self._heard.pop(channel, None)
                 if channel in self._subscribed:
                     self._subscribed.discard(channel)
                     if self._send(self._UNSUBSCRIBE, channel):
@@ -234,6 +238,14 @@ class RedisRootChanges(RootChanges):
                 await self._until(reader, self._subscribe(*channels), PING_TIMEOUT)
             if catch_up and channels:
                 seqs = await asyncio.to_thread(self._storage.root_seqs, channels)
+                back = [
+                    c for c, seq in zip(channels, seqs, strict=True) if seq < self._heard.get(c, 0)
+                ]
+                if back:  # pushed seqs the store no longer has: clients must read roots
+                    log.warning("event=root_changes_went_back databases=%d", len(back))
+                    for channel in back:
+                        del self._heard[channel]
+                    self._lose()
                 for channel, seq in zip(channels, seqs, strict=True):
                     self._deliver(channel, seq)
                 self._counters["caught_up"] += 1
@@ -319,4 +331,5 @@ class RedisRootChanges(RootChanges):
             log.warning("event=root_changes_bad_message")
             return
         self._counters["delivered"] += 1
+        self._heard[channel] = max(value, self._heard.get(channel, value))
         self._on_change(key[0], key[1], value)

@@ -85,3 +85,32 @@ def test_a_watch_that_gives_up_does_not_cancel_another_waiting_on_the_same_chann
             storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_store_that_went_back_is_reported_lost_on_catch_up(private_redis):
+    """After pushes of seqs 1-3, the feed's connection drops and the Redis it finds again
+    holds seq 1 (a restored or replaced Redis, reached without a failed reconnection):
+    clients trust seq 3, which the store no longer has, so the loss is reported (they
+    read roots, and their freshness floor raises the alarm)."""
+    admin = private_redis.client()
+
+    async def scenario() -> None:
+        storage = RedisStorage(private_redis.url())
+        changes: list[tuple[str, str, int]] = []
+        lost: list[bool] = []
+        feed = storage.root_changes(lambda *c: changes.append(c), lambda: lost.append(True))
+        try:
+            assert await feed.watch("acme", "main")
+            for seq in range(3):
+                storage.commit("acme", "main", expected_seq=seq, root=b"r", blobs={})
+            await eventually(lambda: ("acme", "main", 3) in changes)
+            root = storage._scope("acme", "main").root
+            admin.hset(root, "seq", 1)  # the store went back
+            assert admin.client_kill_filter(_type="pubsub") == 1
+            await eventually(lambda: lost)
+            assert lost == [True]
+        finally:
+            await feed.aclose()
+            storage.close()
+
+    asyncio.run(scenario())
