@@ -237,14 +237,15 @@ class RedisRootChanges(RootChanges):
             if channels:
                 await self._until(reader, self._subscribe(*channels), PING_TIMEOUT)
             if catch_up and channels:
+                # Seqs heard before the read: one published since is not lower than what
+                # the read finds, but may be delivered while it runs.
+                heard = dict(self._heard)
                 seqs = await asyncio.to_thread(self._storage.root_seqs, channels)
-                back = [
-                    c for c, seq in zip(channels, seqs, strict=True) if seq < self._heard.get(c, 0)
-                ]
+                back = [c for c, seq in zip(channels, seqs, strict=True) if seq < heard.get(c, 0)]
                 if back:  # pushed seqs the store no longer has: clients must read roots
                     log.warning("event=root_changes_went_back databases=%d", len(back))
                     for channel in back:
-                        del self._heard[channel]
+                        self._heard.pop(channel, None)
                     self._lose()
                 for channel, seq in zip(channels, seqs, strict=True):
                     self._deliver(channel, seq)

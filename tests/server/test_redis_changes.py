@@ -114,3 +114,38 @@ def test_a_store_that_went_back_is_reported_lost_on_catch_up(private_redis):
             storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_commit_heard_while_catching_up_is_not_a_store_that_went_back(private_redis):
+    """The catch-up reads seq 1, and before its answer is compared the feed already
+    delivered the push of seq 2 (a commit just after the read): nothing went back, so
+    nothing is reported lost."""
+    admin = private_redis.client()
+
+    async def scenario() -> None:
+        storage, other = RedisStorage(private_redis.url()), RedisStorage(private_redis.url())
+        changes: list[tuple[str, str, int]] = []
+        lost: list[bool] = []
+        feed = storage.root_changes(lambda *c: changes.append(c), lambda: lost.append(True))
+        read = storage.root_seqs
+
+        def read_then_commit(channels):
+            seqs = read(channels)
+            other.commit("acme", "main", expected_seq=1, root=b"r", blobs={})
+            time.sleep(0.5)  # the feed delivers the push of seq 2 meanwhile
+            return seqs
+
+        try:
+            assert await feed.watch("acme", "main")
+            storage.commit("acme", "main", expected_seq=0, root=b"r", blobs={})
+            await eventually(lambda: ("acme", "main", 1) in changes)
+            storage.root_seqs = read_then_commit
+            assert admin.client_kill_filter(_type="pubsub") == 1
+            await eventually(lambda: feed.stats()["caught_up"] == 1)
+            assert ("acme", "main", 2) in changes and lost == []
+        finally:
+            await feed.aclose()
+            storage.close()
+            other.close()
+
+    asyncio.run(scenario())
