@@ -447,18 +447,22 @@ def _send(
     sent: list[tuple[int, redis.Redis, Any]] = []  # (batch, client, connection) to read
     try:
         for client, commands in batches:
-            connection = None
             try:
                 connection = client.connection_pool.get_connection()
-                connection.send_packed_command(connection.pack_commands(commands))
-            except Exception as exc:
-                if connection is not None:
-                    connection.disconnect()
-                    client.connection_pool.release(connection)
+            except Exception as exc:  # could not connect (the pool took it back)
                 outcomes.append(exc)
                 continue
+            # Listed at once, so the finally below closes it whatever interrupts the
+            # write (a KeyboardInterrupt too), and gives it back to its pool.
             sent.append((len(outcomes), client, connection))
             outcomes.append([])
+            try:
+                connection.send_packed_command(connection.pack_commands(commands))
+            except Exception as exc:
+                sent.pop()
+                connection.disconnect()
+                client.connection_pool.release(connection)
+                outcomes[-1] = exc
         while sent:
             index, client, connection = sent[0]
             replies: list[Any] = []
@@ -472,8 +476,8 @@ def _send(
             except Exception as exc:
                 connection.disconnect()
                 outcomes[index] = exc
+            sent.pop(0)  # before the release: never released twice
             client.connection_pool.release(connection)
-            sent.pop(0)
     finally:
         for _, client, connection in sent:  # interrupted: replies left unread
             connection.disconnect()

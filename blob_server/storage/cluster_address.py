@@ -9,6 +9,10 @@
   with ``tls-auth-clients yes``), ``ssl_check_hostname=false`` (nodes whose
   certificates do not name the addresses the cluster announces).
 
+The user part ends at the URL's last ``@``, so a password may hold ``?``, ``/`` or
+``#`` as typed; an ``@`` in an option's value must be written ``%40``. Error messages
+never repeat text that did not parse as a host and port: it may be part of a password.
+
 *Why a separate password*: a password in a URL sits in the process list and in shell
 history; ``zerodb-server serve --redis-password-file`` reads it from a file instead and
 hands it here. The user (an ACL user) may still be in the URL: it is no secret.
@@ -20,6 +24,7 @@ The password appears in no ``url``, ``repr`` or message.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -34,6 +39,9 @@ _SCHEMES = ("redis", "rediss")
 TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 #: ``ssl_check_hostname``'s values: a typo is refused, not read as "true".
 _FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+#: A node: a host name or IPv4 address, or a bracketed IPv6 address, then a port.
+_NODE = re.compile(r"(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})")
+_FORMS = "HOST:PORT[,HOST:PORT...] or redis://[[user]:password@]HOST:PORT[,...]"
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,10 @@ def parse_cluster_address(spec: str, *, password: str | None = None) -> ClusterA
     (read from a file): giving it in the URL as well is refused, as ambiguous."""
     scheme, sep, rest = spec.strip().partition("://")
     if not sep:
+        if "@" in spec:
+            raise StorageUnavailableError(
+                f"a user or password for a Redis Cluster needs the URL form: {_FORMS}"
+            )
         nodes = _parse_nodes(spec)
         return ClusterAddress(nodes, _url("redis-cluster", None, nodes), password=password)
     if scheme.lower() not in _SCHEMES:
@@ -72,8 +84,8 @@ def parse_cluster_address(spec: str, *, password: str | None = None) -> ClusterA
             "redis://[[user]:password@]HOST:PORT[,...] or rediss://..."
         )
     scheme = scheme.lower()
-    rest, _, query = rest.partition("?")
-    userinfo, at, hosts = rest.rpartition("@")
+    userinfo, at, rest = rest.rpartition("@")
+    hosts, _, query = rest.partition("?")
     username: str | None = None
     if at:
         user, colon, secret = userinfo.partition(":")
@@ -102,13 +114,11 @@ def parse_cluster_address(spec: str, *, password: str | None = None) -> ClusterA
 def _parse_nodes(spec: str) -> tuple[ClusterNode, ...]:
     """``HOST:PORT[,HOST:PORT...]`` as redis-py's startup nodes."""
     nodes = []
-    for part in spec.split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise StorageUnavailableError(
-                f"bad Redis Cluster node {part.strip()!r}: use HOST:PORT[,HOST:PORT...]"
-            )
-        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    for number, part in enumerate(spec.split(","), 1):
+        node = _NODE.fullmatch(part.strip())
+        if node is None or not 0 < int(node["port"]) < 65536:
+            raise StorageUnavailableError(f"bad Redis Cluster node #{number}: use {_FORMS}")
+        nodes.append(ClusterNode(node["host"].strip("[]"), int(node["port"])))
     return tuple(nodes)
 
 
@@ -136,4 +146,5 @@ def _tls_options(query: str) -> dict[str, Any]:
 
 def _url(scheme: str, username: str | None, nodes: tuple[ClusterNode, ...]) -> str:
     user = f"{username}@" if username else ""
-    return f"{scheme}://{user}" + ",".join(f"{n.host}:{n.port}" for n in nodes)
+    hosts = (f"[{n.host}]" if ":" in n.host else n.host for n in nodes)  # IPv6 bracketed
+    return f"{scheme}://{user}" + ",".join(f"{h}:{n.port}" for h, n in zip(hosts, nodes))

@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -350,10 +350,12 @@ return redis.call('GET', KEYS[1])
 
 def url_with_password(url: str, password: str) -> str:
     """``url`` with ``password`` put in (percent-encoded), for a password read from a file
-    (``zerodb-server serve --redis-password-file``); one already there is refused."""
+    (``zerodb-server serve --redis-password-file``); one already there (in the user part
+    or as the ``password`` query option redis-py also takes) is refused."""
     scheme, netloc, path, query, fragment = urlsplit(url)
     userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo and userinfo.partition(":")[2]:
+    in_query = any(name == "password" for name, _ in parse_qsl(query, keep_blank_values=True))
+    if in_query or (at and ":" in userinfo and userinfo.partition(":")[2]):
         raise StorageUnavailableError(
             "the Redis password is both in the URL and in a password file: give it once"
         )
@@ -363,18 +365,25 @@ def url_with_password(url: str, password: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """Return ``url`` without its password, for messages and reprs."""
+    """Return ``url`` without its password (in the user part, or the ``password`` query
+    option), for messages and reprs: the durability detail it appears in is sent to every
+    tenant at login."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if ":" in host:  # IPv6: urlsplit dropped the brackets
-            host = f"[{host}]"
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        netloc, query = parts.netloc, parts.query
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            if ":" in host:  # IPv6: urlsplit dropped the brackets
+                host = f"[{host}]"
+            if parts.port is not None:
+                host = f"{host}:{parts.port}"
+            netloc = f"{user}:***@{host}"
+        options = parse_qsl(query, keep_blank_values=True)
+        if any(name == "password" for name, _ in options):
+            hidden = [(name, "***" if name == "password" else v) for name, v in options]
+            query = urlencode(hidden, safe="*")
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
     except ValueError:
         return "<unparsable Redis URL>"
 

@@ -318,7 +318,7 @@ def test_the_url_form_takes_user_password_and_tls_options():
         "ssl_keyfile": "/k.pem",
         "ssl_check_hostname": False,
     }
-    assert found.url == "rediss://zerodb@10.0.0.1:7000,::1:7001"
+    assert found.url == "rediss://zerodb@10.0.0.1:7000,[::1]:7001"
     assert "p@ss" not in repr(found) and "p@ss" not in repr(ClusterStorage(found.url))
     bare = parse_cluster_address("127.0.0.1:7000,127.0.0.1:7001", password="from a file")
     assert bare.url == "redis-cluster://127.0.0.1:7000,127.0.0.1:7001"
@@ -341,6 +341,28 @@ def test_the_url_form_takes_user_password_and_tls_options():
 def test_a_bad_cluster_url_is_refused(spec, said):
     with pytest.raises(StorageUnavailableError, match=said):
         parse_cluster_address(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "redis://admin:s3cr?t-tail@127.0.0.1",  # no port: the node is refused
+        "redis://:hunter2",  # the host forgotten
+        "admin:hunter2@127.0.0.1:7000",  # the scheme forgotten
+        "redis://admin:hunter2@127.0.0.1:7000,hunter2:x",
+    ],
+)
+def test_a_bad_address_never_repeats_the_password(spec):
+    with pytest.raises(StorageUnavailableError) as refused:
+        parse_cluster_address(spec)
+    assert "hunter2" not in str(refused.value) and "s3cr" not in str(refused.value)
+
+
+def test_a_password_may_hold_question_marks_and_slashes():
+    found = parse_cluster_address("redis://admin:s3cr?t/x#y@127.0.0.1:7000")
+    assert found.connection_options()["password"] == "s3cr?t/x#y"
+    assert [(n.host, n.port) for n in found.nodes] == [("127.0.0.1", 7000)]
+    assert found.url == "redis://admin@127.0.0.1:7000"
 
 
 class PasswordRedis(PrivateRedis):

@@ -157,3 +157,27 @@ def test_a_lost_answer_on_one_master_leaves_no_reply_unread(redis_cluster, clust
     slow.rpush(waiting, b"x")  # a pooled connection would still wait for the BLPOP
     assert slow.lpop(waiting) == b"x"
     assert fast.get(written) == b"v"
+
+
+def test_a_write_interrupted_on_one_master_leaves_no_connection_out_of_its_pool(
+    redis_cluster, cluster_storage_factory, monkeypatch
+):
+    """A KeyboardInterrupt (not an ``Exception``) while a step writes to its second
+    master: both connections are closed and back in their pools, none held for good."""
+    cluster = cluster_storage_factory()._client()
+    first, second = (redis.Redis(port=n.port) for n in cluster.get_primaries()[:2])
+    assert first.ping() and second.ping()  # connected: the interrupt comes at the write
+    write = AbstractConnection.send_packed_command
+
+    def interrupted(connection, *args, **kwargs):
+        if connection.port == second.connection_pool.connection_kwargs["port"]:
+            raise KeyboardInterrupt
+        return write(connection, *args, **kwargs)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _send([(first, [("PING",)]), (second, [("PING",)])])
+    monkeypatch.undo()
+    for client in (first, second):
+        assert client.connection_pool._in_use_connections == set()
+        assert client.ping()

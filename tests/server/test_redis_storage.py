@@ -532,3 +532,25 @@ def test_the_key_names_remembered_are_bounded(backend):
     assert 0 < len(store._scopes) <= limit
     assert 0 < len(store._tenants) <= limit
     assert store.get_root(T, "made-up-0").seq == 0  # worked out again
+
+
+def test_a_password_given_as_a_url_option_is_never_shown(tmp_path):
+    """redis-py takes ``?password=`` as well as ``user:password@``: the storage's url,
+    repr and durability detail (sent to every tenant at login) hide it too, and a
+    password file beside it is refused as given twice."""
+    secret = "pw-SECRET-7"
+    server = start_redis_server(tmp_path, password=secret)
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0?password={secret}&socket_timeout=5"
+        storage = RedisStorage(url)
+        try:
+            assert storage.get_root(T, D).seq == 0  # it did log in
+            shown = [storage.url, repr(storage), storage.durability().detail]
+            assert all(secret not in text for text in shown), shown
+            assert "socket_timeout=5" in storage.url
+        finally:
+            storage.close()
+        with pytest.raises(StorageUnavailableError, match="give it once"):
+            redis_backend.url_with_password(url, "from-a-file")
+    finally:
+        stop_redis_server(server.process)
