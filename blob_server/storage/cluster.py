@@ -1176,19 +1176,19 @@ class ClusterStorage(RedisNames, Storage):
                 deleted += self._delete(scope, owner, op, b"g|0|" + b"".join(ids))
             if len(ids) < _GC_BATCH:
                 break
-        left = self._read(
+        # With the database's reservations so far (in the same round trip, read before
+        # looking again below): a commit reserved before this is seen there (open, or
+        # swapped in); one reserved after, by _DROP.
+        *left, reserved = self._read(
             [
                 (scope.root, ("ZCARD", scope.garbage)),
                 (scope.root, ("ZCARD", scope.pending)),
                 (scope.root, ("HLEN", scope.ops)),
+                (owner.usage, ("HGET", owner.usage, scope.tag + b":r")),
             ]
         )
         if not any(left):
             self._run([_gc_op("SREM", b"gc", scope.tag)])
-            # Reservations so far, read before looking again: a commit reserved before
-            # this is seen below (open, or swapped in); one reserved after, by _DROP.
-            field = scope.tag + b":r"
-            reserved = self._read([(owner.usage, ("HGET", owner.usage, field))])[0]
             again = self._read(
                 [
                     (scope.root, ("EXISTS", scope.root, scope.keyrings)),
